@@ -1,0 +1,107 @@
+/* Content-addressed blobs: cas/<2 hex>/<62 hex>, read-only once written. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cache/store.h"
+#include "common/digest.h"
+#include "common/error.h"
+#include "common/fileio.h"
+#include "common/logging.h"
+
+kiln_status kiln_blob_path(char *out, size_t cap, const char *layer_dir, const char *digest) {
+  int n;
+  if (!kiln_is_hex64(digest)) return kiln_fail(KILN_EINVAL, "'%s' is not a SHA-256 digest", digest);
+  n = snprintf(out, cap, "%s/cas/%.2s/%s", layer_dir, digest, digest + 2);
+  if (n < 0 || (size_t)n >= cap) return kiln_fail(KILN_EINVAL, "path too long: %s", layer_dir);
+  return KILN_OK;
+}
+
+kiln_status kiln_blob_read(const char *layer_dir, const char *digest, uint64_t want_size,
+                           uint8_t **out, size_t *out_size) {
+  char path[KILN_PATH_MAX], got[65];
+  uint8_t *data = NULL;
+  size_t len = 0;
+  kiln_status rc;
+  KILN_CHECK(kiln_blob_path(path, sizeof path, layer_dir, digest));
+  KILN_CHECK(kiln_read_file(path, &data, &len));
+  if (want_size != UINT64_MAX && len != want_size) {
+    rc = kiln_fail(KILN_ECORRUPT, "blob %s is %zu bytes, the record says %llu (truncated?)", path,
+                   len, (unsigned long long)want_size);
+    goto out;
+  }
+  KILN_CHECK(kiln_sha256_hex(got, data, len));
+  if (strcmp(got, digest) != 0) {
+    rc = kiln_fail(KILN_ECORRUPT, "blob %s hashes to %.12s..., not its name", path, got);
+    goto out;
+  }
+  if (out) {
+    *out = data;
+    data = NULL;
+  }
+  if (out_size) *out_size = len;
+out:
+  free(data);
+  return rc;
+}
+
+kiln_status kiln_blob_write(kiln_cache *c, const char *digest, const void *data, size_t len) {
+  char path[KILN_PATH_MAX], dir[KILN_PATH_MAX];
+  kiln_status rc;
+  KILN_CHECK(kiln_blob_path(path, sizeof path, c->primary.dir, digest));
+  /* A good copy already there (another process wrote the same bytes) is kept;
+   * a bad one is replaced by the rename below. */
+  rc = kiln_blob_read(c->primary.dir, digest, len, NULL, NULL);
+  if (rc == KILN_OK) return KILN_OK;
+  if (snprintf(dir, sizeof dir, "%s/%.2s", c->cas_dir, digest) >= (int)sizeof dir) {
+    rc = kiln_fail(KILN_EINVAL, "path too long: %s", c->cas_dir);
+    goto out;
+  }
+  KILN_CHECK(kiln_mkdir(dir, 0700));
+  rc = kiln_write_atomic(path, c->tmp_dir, data, len, 0444);
+out:
+  return rc;
+}
+
+kiln_status kiln_blob_quarantine(kiln_cache *c, const char *digest, const char *why) {
+  char path[KILN_PATH_MAX], dest[KILN_PATH_MAX];
+  sqlite3_stmt *st = NULL;
+  kiln_status rc;
+  int n;
+  KILN_CHECK(kiln_blob_path(path, sizeof path, c->primary.dir, digest));
+  n = snprintf(dest, sizeof dest, "%s/%s.%lld", c->quarantine_dir, digest, (long long)kiln_now_s());
+  if (n < 0 || (size_t)n >= sizeof dest) {
+    rc = kiln_fail(KILN_EINVAL, "path too long: %s", c->quarantine_dir);
+    goto out;
+  }
+  if (rename(path, dest) != 0 && errno != ENOENT) {
+    rc = kiln_fail_errno(KILN_EIO, errno, "move %s to quarantine", path);
+    goto out;
+  }
+  kiln_log(KILN_LOG_WARN, "quarantined blob %s (%s); its records are dropped and will be rebuilt",
+           digest, why);
+  pthread_mutex_lock(&c->lock);
+  n = sqlite3_prepare_v2(c->primary.db, "DELETE FROM records WHERE digest = ?1", -1, &st, NULL);
+  if (n == SQLITE_OK) {
+    sqlite3_bind_text(st, 1, digest, -1, SQLITE_STATIC);
+    n = sqlite3_step(st);
+  }
+  pthread_mutex_unlock(&c->lock);
+  rc = (n == SQLITE_DONE) ? KILN_OK : kiln_sql_fail(c->primary.db, n, "drop quarantined records");
+out:
+  sqlite3_finalize(st);
+  return rc;
+}
+
+kiln_status kiln_cache_read_blob(kiln_cache *c, const char *digest, uint8_t **out,
+                                 size_t *out_size) {
+  kiln_status rc = kiln_blob_read(c->primary.dir, digest, UINT64_MAX, out, out_size);
+  if (rc == KILN_ECORRUPT) kiln_blob_quarantine(c, digest, kiln_last_error());
+  for (size_t i = 0; rc != KILN_OK && i < c->n_layers; i++)
+    rc = kiln_blob_read(c->layers[i].dir, digest, UINT64_MAX, out, out_size);
+  if (rc != KILN_OK) return kiln_fail(KILN_ENOTFOUND, "no blob %s in any cache layer", digest);
+  return KILN_OK;
+}

@@ -1,0 +1,412 @@
+/* Listing, statistics, verification, garbage collection and removal. */
+#include <dirent.h>
+#include <errno.h>
+#include <fnmatch.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cache/store.h"
+#include "common/digest.h"
+#include "common/error.h"
+#include "common/logging.h"
+
+/* A temp file younger than this may belong to a writer on another host. */
+#define TMP_GRACE_S 3600
+/* An unreferenced blob younger than this may be a put whose record is on its way. */
+#define ORPHAN_GRACE_S 600
+
+typedef void (*blob_fn)(const char *path, const char *digest, const struct stat *st, void *user);
+
+/* Calls fn for every file under cas/<2 hex>/; digest is "" for names that are
+ * not a digest. */
+static kiln_status walk_cas(kiln_cache *c, blob_fn fn, void *user) {
+  DIR *top = opendir(c->cas_dir);
+  struct dirent *d;
+  if (!top) return kiln_fail_errno(KILN_EIO, errno, "open %s", c->cas_dir);
+  while ((d = readdir(top))) {
+    char sub[KILN_PATH_MAX];
+    DIR *in;
+    struct dirent *e;
+    if (d->d_name[0] == '.') continue;
+    if (snprintf(sub, sizeof sub, "%s/%s", c->cas_dir, d->d_name) >= (int)sizeof sub) continue;
+    if (!(in = opendir(sub))) continue;
+    while ((e = readdir(in))) {
+      char path[KILN_PATH_MAX], digest[65] = "";
+      struct stat st;
+      if (e->d_name[0] == '.') continue;
+      if (snprintf(path, sizeof path, "%s/%s", sub, e->d_name) >= (int)sizeof path) continue;
+      if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      if (strlen(d->d_name) == 2 && strlen(e->d_name) == 62) {
+        snprintf(digest, sizeof digest, "%s%s", d->d_name, e->d_name);
+        if (!kiln_is_hex64(digest)) digest[0] = '\0';
+      }
+      fn(path, digest, &st, user);
+    }
+    closedir(in);
+  }
+  closedir(top);
+  return KILN_OK;
+}
+
+static uint64_t count_files(const char *dir) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  uint64_t n = 0;
+  if (!d) return 0;
+  while ((e = readdir(d)))
+    if (e->d_name[0] != '.') n++;
+  closedir(d);
+  return n;
+}
+
+static kiln_status query_u64(sqlite3 *db, const char *sql, int64_t arg, uint64_t *out) {
+  sqlite3_stmt *st = NULL;
+  int r = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+  if (r == SQLITE_OK) {
+    if (sqlite3_bind_parameter_count(st) > 0) sqlite3_bind_int64(st, 1, arg);
+    r = sqlite3_step(st);
+  }
+  if (r == SQLITE_ROW) *out = (uint64_t)sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  return r == SQLITE_ROW ? KILN_OK : kiln_sql_fail(db, r, "count");
+}
+
+static kiln_status list_layer(sqlite3 *db, int layer, kiln_record **v, size_t *n, size_t *cap) {
+  sqlite3_stmt *st = NULL;
+  kiln_status rc = KILN_OK;
+  int r = sqlite3_prepare_v2(db, "SELECT " KILN_RECORD_COLUMNS " FROM records ORDER BY unit, target",
+                             -1, &st, NULL);
+  if (r != SQLITE_OK) return kiln_sql_fail(db, r, "list records");
+  while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+    if (*n == *cap) {
+      size_t nc = *cap ? *cap * 2 : 64;
+      kiln_record *nv = realloc(*v, nc * sizeof *nv);
+      if (!nv) {
+        rc = kiln_fail(KILN_ENOMEM, "out of memory");
+        break;
+      }
+      *v = nv;
+      *cap = nc;
+    }
+    kiln_record_from_row(&(*v)[(*n)++], st, layer);
+  }
+  if (rc == KILN_OK && r != SQLITE_DONE) rc = kiln_sql_fail(db, r, "list records");
+  sqlite3_finalize(st);
+  return rc;
+}
+
+kiln_status kiln_cache_list(kiln_cache *c, kiln_record **out, size_t *n) {
+  kiln_record *v = NULL;
+  size_t cnt = 0, cap = 0;
+  kiln_status rc = list_layer(c->primary.db, 0, &v, &cnt, &cap);
+  for (size_t i = 0; rc == KILN_OK && i < c->n_layers; i++)
+    rc = list_layer(c->layers[i].db, (int)i + 1, &v, &cnt, &cap);
+  if (rc != KILN_OK) {
+    free(v);
+    return rc;
+  }
+  *out = v;
+  *n = cnt;
+  return KILN_OK;
+}
+
+static void stat_blob(const char *path, const char *digest, const struct stat *st, void *user) {
+  kiln_cache_stats *s = user;
+  (void)path;
+  (void)digest;
+  s->blobs++;
+  s->blob_bytes += (uint64_t)st->st_size;
+}
+
+kiln_status kiln_cache_stats_get(kiln_cache *c, kiln_cache_stats *out) {
+  kiln_status rc;
+  memset(out, 0, sizeof *out);
+  KILN_CHECK(query_u64(c->primary.db, "SELECT count(*) FROM records", 0, &out->records));
+  KILN_CHECK(query_u64(c->primary.db, "SELECT count(*) FROM failures WHERE expires > ?1",
+                       kiln_now_s(), &out->failures));
+  KILN_CHECK(walk_cas(c, stat_blob, out));
+  out->quarantined = count_files(c->quarantine_dir);
+  out->layers = c->n_layers;
+  for (size_t i = 0; i < c->n_layers; i++) {
+    uint64_t n = 0;
+    KILN_CHECK(query_u64(c->layers[i].db, "SELECT count(*) FROM records", 0, &n));
+    out->layer_records += n;
+  }
+out:
+  return rc;
+}
+
+/* ---- verify ---- */
+
+typedef struct verify_ctx {
+  kiln_cache *c;
+  kiln_verify_report *r;
+  kiln_status rc;
+} verify_ctx;
+
+static void add_issue(verify_ctx *v, const char *path, const char *what) {
+  kiln_verify_issue *ni = realloc(v->r->issues, (v->r->n_issues + 1) * sizeof *ni);
+  v->r->bad++;
+  if (!ni) {
+    v->rc = kiln_fail(KILN_ENOMEM, "out of memory");
+    return;
+  }
+  v->r->issues = ni;
+  snprintf(ni[v->r->n_issues].path, sizeof ni->path, "%s", path);
+  snprintf(ni[v->r->n_issues].what, sizeof ni->what, "%s", what);
+  v->r->n_issues++;
+}
+
+static void verify_blob(const char *path, const char *digest, const struct stat *st, void *user) {
+  verify_ctx *v = user;
+  kiln_status rc;
+  (void)st;
+  v->r->checked++;
+  if (!digest[0]) {
+    add_issue(v, path, "file name is not a content digest");
+    return;
+  }
+  rc = kiln_blob_read(v->c->primary.dir, digest, UINT64_MAX, NULL, NULL);
+  if (rc == KILN_OK) return;
+  add_issue(v, path, rc == KILN_ECORRUPT ? "content does not match its digest (quarantined)"
+                                         : kiln_last_error());
+  if (rc == KILN_ECORRUPT) kiln_blob_quarantine(v->c, digest, "verify: digest mismatch");
+}
+
+/* Records whose blob is missing or whose size disagrees with the blob. */
+static void verify_records(verify_ctx *v) {
+  kiln_record *recs = NULL;
+  size_t n = 0;
+  if (list_layer(v->c->primary.db, 0, &recs, &n, &(size_t){0}) != KILN_OK) {
+    v->rc = KILN_EDB;
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    char path[KILN_PATH_MAX];
+    struct stat st;
+    if (kiln_blob_path(path, sizeof path, v->c->primary.dir, recs[i].digest) != KILN_OK) continue;
+    if (stat(path, &st) == 0 && (uint64_t)st.st_size == recs[i].size) continue;
+    add_issue(v, path,
+              stat(path, &st) != 0 ? "record's blob is missing (record dropped)"
+                                   : "blob size differs from the record (truncated; quarantined)");
+    kiln_blob_quarantine(v->c, recs[i].digest, "verify: missing or truncated");
+  }
+  free(recs);
+}
+
+/* Temp files of writers that are gone (killed mid-write) are debris. */
+static void clean_tmp(kiln_cache *c) {
+  DIR *d = opendir(c->tmp_dir);
+  struct dirent *e;
+  int64_t now = kiln_now_s();
+  if (!d) return;
+  while ((e = readdir(d))) {
+    char path[KILN_PATH_MAX];
+    struct stat st;
+    long pid = 0;
+    if (e->d_name[0] == '.') continue;
+    if (snprintf(path, sizeof path, "%s/%s", c->tmp_dir, e->d_name) >= (int)sizeof path) continue;
+    if (stat(path, &st) != 0) continue;
+    if (sscanf(e->d_name, "tmp.%ld.", &pid) == 1 && pid > 0 && pid != (long)getpid() &&
+        kill((pid_t)pid, 0) != 0 && errno == ESRCH) {
+      unlink(path);
+    } else if (now - (int64_t)st.st_mtime > TMP_GRACE_S) {
+      unlink(path);
+    }
+  }
+  closedir(d);
+}
+
+kiln_status kiln_cache_verify(kiln_cache *c, kiln_verify_report *out) {
+  verify_ctx v = {c, out, KILN_OK};
+  sqlite3_stmt *st = NULL;
+  kiln_status rc;
+  memset(out, 0, sizeof *out);
+  clean_tmp(c);
+  int r = sqlite3_prepare_v2(c->primary.db, "PRAGMA quick_check", -1, &st, NULL);
+  if (r == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
+    const char *res = (const char *)sqlite3_column_text(st, 0);
+    if (!res || strcmp(res, "ok") != 0) add_issue(&v, "index.sqlite", res ? res : "quick_check failed");
+  }
+  sqlite3_finalize(st);
+  KILN_CHECK(walk_cas(c, verify_blob, &v));
+  verify_records(&v);
+  rc = v.rc;
+out:
+  return rc;
+}
+
+void kiln_verify_report_free(kiln_verify_report *r) {
+  if (!r) return;
+  free(r->issues);
+  memset(r, 0, sizeof *r);
+}
+
+/* ---- gc and rm ---- */
+
+typedef struct blob_list {
+  char (*digest)[65];
+  uint64_t *size;
+  int64_t *mtime;
+  size_t n, cap;
+  uint64_t total;
+} blob_list;
+
+static void collect_blob(const char *path, const char *digest, const struct stat *st, void *user) {
+  blob_list *b = user;
+  (void)path;
+  b->total += (uint64_t)st->st_size;
+  if (!digest[0]) return;
+  if (b->n == b->cap) {
+    size_t nc = b->cap ? b->cap * 2 : 256;
+    void *d = realloc(b->digest, nc * sizeof *b->digest);
+    if (!d) return;
+    b->digest = d;
+    if (!(d = realloc(b->size, nc * sizeof *b->size))) return;
+    b->size = d;
+    if (!(d = realloc(b->mtime, nc * sizeof *b->mtime))) return;
+    b->mtime = d;
+    b->cap = nc;
+  }
+  snprintf(b->digest[b->n], 65, "%s", digest);
+  b->size[b->n] = (uint64_t)st->st_size;
+  b->mtime[b->n++] = (int64_t)st->st_mtime;
+}
+
+static void blob_list_free(blob_list *b) {
+  free(b->digest);
+  free(b->size);
+  free(b->mtime);
+}
+
+static int referenced(sqlite3 *db, const char *digest) {
+  sqlite3_stmt *st = NULL;
+  int found = 1; /* on error, keep the blob */
+  if (sqlite3_prepare_v2(db,
+                         "SELECT 1 FROM records WHERE digest = ?1 OR log_digest = ?1 LIMIT 1", -1,
+                         &st, NULL) == SQLITE_OK) {
+    sqlite3_bind_text(st, 1, digest, -1, SQLITE_STATIC);
+    int r = sqlite3_step(st);
+    found = (r == SQLITE_ROW) || (r != SQLITE_DONE);
+  }
+  sqlite3_finalize(st);
+  return found;
+}
+
+/* Deletes blobs no record references (older than the grace period unless
+ * all is set); returns bytes freed. */
+static uint64_t drop_orphans(kiln_cache *c, int all, uint64_t *removed) {
+  blob_list b = {0};
+  uint64_t freed = 0;
+  int64_t now = kiln_now_s();
+  walk_cas(c, collect_blob, &b);
+  for (size_t i = 0; i < b.n; i++) {
+    char path[KILN_PATH_MAX];
+    if (!all && now - b.mtime[i] < ORPHAN_GRACE_S) continue;
+    if (referenced(c->primary.db, b.digest[i])) continue;
+    if (kiln_blob_path(path, sizeof path, c->primary.dir, b.digest[i]) == KILN_OK &&
+        unlink(path) == 0) {
+      freed += b.size[i];
+      if (removed) (*removed)++;
+    }
+  }
+  blob_list_free(&b);
+  return freed;
+}
+
+static int pinned(kiln_cache *c, const char *key) {
+  char host[256];
+  sqlite3_stmt *st = NULL;
+  int live = 0;
+  kiln_host_name(host, sizeof host);
+  if (sqlite3_prepare_v2(c->primary.db, "SELECT host, pid, created FROM pins WHERE key = ?1", -1,
+                         &st, NULL) != SQLITE_OK)
+    return 1;
+  sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+  while (!live && sqlite3_step(st) == SQLITE_ROW) {
+    const char *h = (const char *)sqlite3_column_text(st, 0);
+    pid_t pid = (pid_t)sqlite3_column_int64(st, 1);
+    if (h && strcmp(h, host) == 0) live = kill(pid, 0) == 0 || errno != ESRCH;
+    else live = kiln_now_s() - sqlite3_column_int64(st, 2) < 24 * 3600; /* cannot check: trust a day */
+  }
+  sqlite3_finalize(st);
+  return live;
+}
+
+static kiln_status delete_record(kiln_cache *c, const char *key) {
+  sqlite3_stmt *st = NULL;
+  int r = sqlite3_prepare_v2(c->primary.db, "DELETE FROM records WHERE key = ?1", -1, &st, NULL);
+  if (r == SQLITE_OK) {
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    r = sqlite3_step(st);
+  }
+  sqlite3_finalize(st);
+  return r == SQLITE_DONE ? KILN_OK : kiln_sql_fail(c->primary.db, r, "delete record");
+}
+
+kiln_status kiln_cache_gc(kiln_cache *c, uint64_t max_bytes, kiln_gc_report *out) {
+  kiln_record *recs = NULL;
+  size_t n = 0, cap = 0;
+  blob_list b = {0};
+  uint64_t total;
+  kiln_status rc;
+  memset(out, 0, sizeof *out);
+  out->freed_bytes = drop_orphans(c, 0, &out->removed_blobs);
+  KILN_CHECK(walk_cas(c, collect_blob, &b));
+  total = b.total;
+  KILN_CHECK(list_layer(c->primary.db, 0, &recs, &n, &cap));
+  /* list_layer orders by unit; gc wants least recently used first. */
+  for (size_t i = 1; i < n; i++) {
+    kiln_record t = recs[i];
+    size_t j = i;
+    for (; j > 0 && recs[j - 1].last_used > t.last_used; j--) recs[j] = recs[j - 1];
+    recs[j] = t;
+  }
+  for (size_t i = 0; i < n && total > max_bytes; i++) {
+    char path[KILN_PATH_MAX];
+    if (pinned(c, recs[i].key)) {
+      out->pinned_skipped++;
+      continue;
+    }
+    KILN_CHECK(delete_record(c, recs[i].key));
+    out->removed_records++;
+    if (referenced(c->primary.db, recs[i].digest)) continue;
+    if (kiln_blob_path(path, sizeof path, c->primary.dir, recs[i].digest) == KILN_OK &&
+        unlink(path) == 0) {
+      total -= recs[i].size <= total ? recs[i].size : total;
+      out->freed_bytes += recs[i].size;
+      out->removed_blobs++;
+    }
+  }
+  out->freed_bytes += drop_orphans(c, 1, &out->removed_blobs);
+  blob_list_free(&b);
+  memset(&b, 0, sizeof b);
+  KILN_CHECK(walk_cas(c, collect_blob, &b));
+  out->remaining_bytes = b.total;
+out:
+  blob_list_free(&b);
+  free(recs);
+  return rc;
+}
+
+kiln_status kiln_cache_rm(kiln_cache *c, const char *pattern, uint64_t *removed) {
+  kiln_record *recs = NULL;
+  size_t n = 0, cap = 0;
+  kiln_status rc;
+  *removed = 0;
+  KILN_CHECK(list_layer(c->primary.db, 0, &recs, &n, &cap));
+  for (size_t i = 0; i < n; i++) {
+    if (pattern && strcmp(pattern, recs[i].key) != 0 && fnmatch(pattern, recs[i].unit, 0) != 0)
+      continue;
+    KILN_CHECK(delete_record(c, recs[i].key));
+    (*removed)++;
+  }
+  drop_orphans(c, 1, NULL);
+out:
+  free(recs);
+  return rc;
+}

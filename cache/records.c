@@ -1,0 +1,246 @@
+/* Keys, records and failure records of the local store. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cache/store.h"
+#include "common/digest.h"
+#include "common/error.h"
+#include "common/logging.h"
+
+kiln_status kiln_cache_key(char out[65], const kiln_unit_info *unit, const char *target,
+                           const char *options, const char *toolchain) {
+  char unit_digest[65];
+  const char *parts[6];
+  kiln_sha256 *h = NULL;
+  kiln_status rc;
+  if (!unit || !target || !options || !toolchain)
+    return kiln_fail(KILN_EINVAL, "kiln_cache_key: NULL argument");
+  KILN_CHECK(kiln_unit_digest(unit_digest, unit));
+  parts[0] = "kiln-key-v1";
+  parts[1] = unit->name;
+  parts[2] = unit_digest;
+  parts[3] = target;
+  parts[4] = options;
+  parts[5] = toolchain;
+  KILN_CHECK(kiln_sha256_new(&h));
+  for (int i = 0; i < 6; i++) {
+    if (i) KILN_CHECK(kiln_sha256_update(h, "", 1));
+    KILN_CHECK(kiln_sha256_update(h, parts[i], strlen(parts[i])));
+  }
+  rc = kiln_sha256_final_hex(h, out);
+out:
+  kiln_sha256_free(h);
+  return rc;
+}
+
+static kiln_status find_record(sqlite3 *db, const char *key, kiln_record *rec, int layer) {
+  sqlite3_stmt *st = NULL;
+  int r = sqlite3_prepare_v2(db, "SELECT " KILN_RECORD_COLUMNS " FROM records WHERE key = ?1", -1,
+                             &st, NULL);
+  kiln_status rc;
+  if (r != SQLITE_OK) return kiln_sql_fail(db, r, "look up record");
+  sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+  r = sqlite3_step(st);
+  if (r == SQLITE_ROW) {
+    kiln_record_from_row(rec, st, layer);
+    rc = KILN_OK;
+  } else if (r == SQLITE_DONE) {
+    rc = KILN_ENOTFOUND;
+  } else {
+    rc = kiln_sql_fail(db, r, "look up record");
+  }
+  sqlite3_finalize(st);
+  return rc;
+}
+
+/* last_used drives LRU eviction; writing it at most once a minute keeps
+ * warm reads from turning into index writes. */
+static void touch(kiln_cache *c, const kiln_record *rec) {
+  sqlite3_stmt *st = NULL;
+  int64_t now = kiln_now_s();
+  if (now - rec->last_used < 60) return;
+  if (sqlite3_prepare_v2(c->primary.db, "UPDATE records SET last_used = ?1 WHERE key = ?2", -1, &st,
+                         NULL) == SQLITE_OK) {
+    sqlite3_bind_int64(st, 1, now);
+    sqlite3_bind_text(st, 2, rec->key, -1, SQLITE_STATIC);
+    if (sqlite3_step(st) != SQLITE_DONE)
+      kiln_log(KILN_LOG_DEBUG, "touch %s: %s", rec->key, sqlite3_errmsg(c->primary.db));
+  }
+  sqlite3_finalize(st);
+}
+
+kiln_status kiln_cache_get(kiln_cache *c, const char *key, kiln_record *out_rec, uint8_t **out_blob,
+                           size_t *out_size) {
+  kiln_record rec;
+  kiln_status rc;
+  if (!c || !key) return kiln_fail(KILN_EINVAL, "kiln_cache_get: NULL argument");
+  for (size_t i = 0; i <= c->n_layers; i++) {
+    kiln_layer *l = i == 0 ? &c->primary : &c->layers[i - 1];
+    rc = find_record(l->db, key, &rec, (int)i);
+    if (rc == KILN_ENOTFOUND) continue;
+    if (rc != KILN_OK) return rc;
+    rc = kiln_blob_read(l->dir, rec.digest, rec.size, out_blob, out_size);
+    if (rc == KILN_OK) {
+      if (i == 0) touch(c, &rec);
+      if (out_rec) *out_rec = rec;
+      return KILN_OK;
+    }
+    if (i == 0) {
+      /* Never hand bad bytes on: quarantine, drop the record, read as a miss. */
+      kiln_blob_quarantine(c, rec.digest, rc == KILN_ENOTFOUND ? "blob missing" : kiln_last_error());
+    } else {
+      kiln_log(KILN_LOG_WARN, "read-only layer %s: record %.12s has a bad blob (%s); skipped",
+               l->dir, key, kiln_last_error());
+    }
+  }
+  return kiln_fail(KILN_ENOTFOUND, "no record for key %.12s... in any cache layer", key);
+}
+
+kiln_status kiln_cache_put(kiln_cache *c, kiln_record *rec, const void *blob, size_t size,
+                           const char *log, size_t log_len) {
+  static const char *sql =
+      "INSERT OR REPLACE INTO records(" KILN_RECORD_COLUMNS
+      ") VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17)";
+  sqlite3_stmt *st = NULL;
+  kiln_status rc;
+  int r;
+  if (!c || !rec || (!blob && size)) return kiln_fail(KILN_EINVAL, "kiln_cache_put: NULL argument");
+  KILN_CHECK(kiln_sha256_hex(rec->digest, blob, size));
+  rec->size = size;
+  rec->log_digest[0] = '\0';
+  if (log && log_len) {
+    KILN_CHECK(kiln_sha256_hex(rec->log_digest, log, log_len));
+    KILN_CHECK(kiln_blob_write(c, rec->log_digest, log, log_len));
+  }
+  /* Blob first, record last: a crash in between leaves an unreferenced blob
+   * (gc removes it), never a record without its bytes. */
+  KILN_CHECK(kiln_blob_write(c, rec->digest, blob, size));
+  rec->created = rec->last_used = kiln_now_s();
+  rec->layer = 0;
+  pthread_mutex_lock(&c->lock);
+  r = sqlite3_prepare_v2(c->primary.db, sql, -1, &st, NULL);
+  if (r == SQLITE_OK) {
+    sqlite3_bind_text(st, 1, rec->key, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, rec->unit, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, rec->target, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, rec->kind, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, rec->digest, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 6, (sqlite3_int64)rec->size);
+    sqlite3_bind_text(st, 7, rec->toolchain, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 8, rec->options, -1, SQLITE_STATIC);
+    sqlite3_bind_double(st, 9, rec->build_ms);
+    sqlite3_bind_int(st, 10, rec->registers);
+    sqlite3_bind_int(st, 11, rec->spill_stores);
+    sqlite3_bind_int(st, 12, rec->spill_loads);
+    sqlite3_bind_int(st, 13, rec->shared_bytes);
+    sqlite3_bind_int(st, 14, rec->stack_bytes);
+    sqlite3_bind_text(st, 15, rec->log_digest, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 16, rec->created);
+    sqlite3_bind_int64(st, 17, rec->last_used);
+    r = sqlite3_step(st);
+  }
+  rc = (r == SQLITE_DONE) ? KILN_OK : kiln_sql_fail(c->primary.db, r, "store record");
+  sqlite3_finalize(st);
+  pthread_mutex_unlock(&c->lock);
+  if (rc == KILN_OK) kiln_cache_clear_failure(c, rec->key);
+out:
+  return rc;
+}
+
+static kiln_status exec_key(kiln_cache *c, const char *sql, const char *key, const char *what) {
+  sqlite3_stmt *st = NULL;
+  int r = sqlite3_prepare_v2(c->primary.db, sql, -1, &st, NULL);
+  if (r == SQLITE_OK) {
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    r = sqlite3_step(st);
+  }
+  sqlite3_finalize(st);
+  return r == SQLITE_DONE ? KILN_OK : kiln_sql_fail(c->primary.db, r, what);
+}
+
+kiln_status kiln_cache_clear_failure(kiln_cache *c, const char *key) {
+  return exec_key(c, "DELETE FROM failures WHERE key = ?1", key, "clear failure");
+}
+
+kiln_status kiln_cache_put_failure(kiln_cache *c, const char *key, const char *unit,
+                                   const char *target, const char *log, int ttl_s) {
+  sqlite3_stmt *st = NULL;
+  int64_t now = kiln_now_s();
+  int r = sqlite3_prepare_v2(c->primary.db,
+                             "INSERT OR REPLACE INTO failures(key, unit, target, log, created, "
+                             "expires) VALUES(?1,?2,?3,?4,?5,?6)",
+                             -1, &st, NULL);
+  if (r == SQLITE_OK) {
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, unit, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, target, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, log ? log : "", -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 5, now);
+    sqlite3_bind_int64(st, 6, now + ttl_s);
+    r = sqlite3_step(st);
+  }
+  sqlite3_finalize(st);
+  return r == SQLITE_DONE ? KILN_OK : kiln_sql_fail(c->primary.db, r, "store failure record");
+}
+
+kiln_status kiln_cache_get_failure(kiln_cache *c, const char *key, char **out_log) {
+  sqlite3_stmt *st = NULL;
+  kiln_status rc = KILN_ENOTFOUND;
+  int r = sqlite3_prepare_v2(c->primary.db,
+                             "SELECT log FROM failures WHERE key = ?1 AND expires > ?2", -1, &st,
+                             NULL);
+  if (r != SQLITE_OK) return kiln_sql_fail(c->primary.db, r, "look up failure");
+  sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 2, kiln_now_s());
+  r = sqlite3_step(st);
+  if (r == SQLITE_ROW) {
+    const char *log = (const char *)sqlite3_column_text(st, 0);
+    rc = KILN_OK;
+    if (out_log) {
+      *out_log = strdup(log ? log : "");
+      if (!*out_log) rc = kiln_fail(KILN_ENOMEM, "out of memory");
+    }
+  } else if (r != SQLITE_DONE) {
+    rc = kiln_sql_fail(c->primary.db, r, "look up failure");
+  }
+  sqlite3_finalize(st);
+  return rc;
+}
+
+kiln_status kiln_cache_pin(kiln_cache *c, const char *key) {
+  char host[256];
+  sqlite3_stmt *st = NULL;
+  int r = sqlite3_prepare_v2(c->primary.db,
+                             "INSERT OR REPLACE INTO pins(key, host, pid, created) "
+                             "VALUES(?1,?2,?3,?4)",
+                             -1, &st, NULL);
+  kiln_host_name(host, sizeof host);
+  if (r == SQLITE_OK) {
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, host, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, (sqlite3_int64)getpid());
+    sqlite3_bind_int64(st, 4, kiln_now_s());
+    r = sqlite3_step(st);
+  }
+  sqlite3_finalize(st);
+  return r == SQLITE_DONE ? KILN_OK : kiln_sql_fail(c->primary.db, r, "pin");
+}
+
+kiln_status kiln_cache_unpin(kiln_cache *c, const char *key) {
+  char host[256];
+  sqlite3_stmt *st = NULL;
+  int r = sqlite3_prepare_v2(c->primary.db,
+                             "DELETE FROM pins WHERE key = ?1 AND host = ?2 AND pid = ?3", -1, &st,
+                             NULL);
+  kiln_host_name(host, sizeof host);
+  if (r == SQLITE_OK) {
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, host, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, (sqlite3_int64)getpid());
+    r = sqlite3_step(st);
+  }
+  sqlite3_finalize(st);
+  return r == SQLITE_DONE ? KILN_OK : kiln_sql_fail(c->primary.db, r, "unpin");
+}

@@ -1,0 +1,222 @@
+/* Opening the local store: directory checks, the sqlite index, layers. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cache/store.h"
+#include "common/error.h"
+#include "common/fileio.h"
+#include "common/logging.h"
+#include "common/params.h"
+#include "kiln/version.h"
+
+static const char *schema_sql =
+    "CREATE TABLE IF NOT EXISTS records("
+    " key TEXT PRIMARY KEY, unit TEXT NOT NULL, target TEXT NOT NULL, kind TEXT NOT NULL,"
+    " digest TEXT NOT NULL, size INTEGER NOT NULL, toolchain TEXT NOT NULL, options TEXT NOT NULL,"
+    " build_ms REAL, registers INTEGER, spill_stores INTEGER, spill_loads INTEGER,"
+    " shared_bytes INTEGER, stack_bytes INTEGER, log_digest TEXT,"
+    " created INTEGER NOT NULL, last_used INTEGER NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS records_digest ON records(digest);"
+    "CREATE INDEX IF NOT EXISTS records_last_used ON records(last_used);"
+    "CREATE TABLE IF NOT EXISTS failures("
+    " key TEXT PRIMARY KEY, unit TEXT NOT NULL, target TEXT NOT NULL, log TEXT,"
+    " created INTEGER NOT NULL, expires INTEGER NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS pins("
+    " key TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL, created INTEGER NOT NULL,"
+    " PRIMARY KEY(key, host, pid));";
+
+/* The cache directory must be ours and closed to others: anyone who can write
+ * it can plant code that every training process will run. */
+static kiln_status check_dir(const char *dir) {
+  struct stat st;
+  if (stat(dir, &st) != 0) return kiln_fail_errno(KILN_EIO, errno, "cache directory %s", dir);
+  if (!S_ISDIR(st.st_mode)) return kiln_fail(KILN_EIO, "cache directory %s is not a directory", dir);
+  if (st.st_uid != geteuid())
+    return kiln_fail(KILN_EPERM,
+                     "cache directory %s is owned by uid %u, not by you (uid %u): use a "
+                     "directory of your own (--cache DIR or KILN_CACHE_DIR), or share a cache "
+                     "read-only through KILN_CACHE_PATH",
+                     dir, (unsigned)st.st_uid, (unsigned)geteuid());
+  if (st.st_mode & (S_IWGRP | S_IWOTH))
+    return kiln_fail(KILN_EPERM,
+                     "cache directory %s is writable by %s (mode %04o): run 'chmod 700 %s'", dir,
+                     (st.st_mode & S_IWOTH) ? "others" : "its group",
+                     (unsigned)(st.st_mode & 07777), dir);
+  if (access(dir, W_OK | X_OK) != 0)
+    return kiln_fail_errno(KILN_EIO, errno, "cache directory %s is not writable", dir);
+  return KILN_OK;
+}
+
+static kiln_status init_schema(sqlite3 *db, const char *dir) {
+  sqlite3_stmt *st = NULL;
+  kiln_status rc;
+  int version = 0, r;
+  KILN_CHECK(kiln_sql_exec(db, "BEGIN IMMEDIATE", "begin"));
+  r = sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, NULL);
+  if (r == SQLITE_OK && (r = sqlite3_step(st)) == SQLITE_ROW) version = sqlite3_column_int(st, 0);
+  sqlite3_finalize(st);
+  if (r != SQLITE_ROW) {
+    rc = kiln_sql_fail(db, r, "read schema version");
+    goto rollback;
+  }
+  if (version > KILN_CACHE_SCHEMA_VERSION) {
+    rc = kiln_fail(KILN_EUNSUPPORTED,
+                   "cache %s has schema %d, newer than this kiln's %d: upgrade kiln or use "
+                   "another --cache",
+                   dir, version, KILN_CACHE_SCHEMA_VERSION);
+    goto rollback;
+  }
+  if (version < KILN_CACHE_SCHEMA_VERSION) {
+    char pragma[64];
+    rc = kiln_sql_exec(db, schema_sql, "create schema");
+    if (rc != KILN_OK) goto rollback;
+    snprintf(pragma, sizeof pragma, "PRAGMA user_version=%d", KILN_CACHE_SCHEMA_VERSION);
+    rc = kiln_sql_exec(db, pragma, "set schema version");
+    if (rc != KILN_OK) goto rollback;
+  }
+  return kiln_sql_exec(db, "COMMIT", "commit schema");
+rollback:
+  sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+out:
+  return rc;
+}
+
+/* Switching to WAL needs a moment alone with the file; other processes
+ * opening the same cache at once can make it report BUSY, so retry (bounded). */
+static kiln_status set_wal(sqlite3 *db) {
+  kiln_status rc = KILN_OK;
+  for (int i = 0; i < 200; i++) {
+    rc = kiln_sql_exec(db, "PRAGMA journal_mode=WAL", "enable WAL");
+    if (rc != KILN_ELOCKED) return rc;
+    struct timespec ts = {0, 25 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  return rc;
+}
+
+static kiln_status open_primary(kiln_cache *c, int create) {
+  char path[KILN_PATH_MAX];
+  kiln_status rc;
+  int r;
+  if (create) KILN_CHECK(kiln_mkdir_p(c->primary.dir, 0700));
+  KILN_CHECK(check_dir(c->primary.dir));
+  KILN_CHECK(kiln_path_join(c->cas_dir, sizeof c->cas_dir, c->primary.dir, "cas"));
+  KILN_CHECK(kiln_path_join(c->tmp_dir, sizeof c->tmp_dir, c->primary.dir, "tmp"));
+  KILN_CHECK(kiln_path_join(c->quarantine_dir, sizeof c->quarantine_dir, c->primary.dir,
+                            "quarantine"));
+  KILN_CHECK(kiln_mkdir(c->cas_dir, 0700));
+  KILN_CHECK(kiln_mkdir(c->tmp_dir, 0700));
+  KILN_CHECK(kiln_mkdir(c->quarantine_dir, 0700));
+  KILN_CHECK(kiln_path_join(path, sizeof path, c->primary.dir, "index.sqlite"));
+  r = sqlite3_open_v2(path, &c->primary.db,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL);
+  if (r != SQLITE_OK) {
+    rc = kiln_sql_fail(c->primary.db, r, path);
+    goto out;
+  }
+  sqlite3_busy_timeout(c->primary.db, 30000);
+  KILN_CHECK(set_wal(c->primary.db));
+  KILN_CHECK(kiln_sql_exec(c->primary.db, "PRAGMA synchronous=NORMAL", "set synchronous"));
+  rc = init_schema(c->primary.db, c->primary.dir);
+out:
+  return rc;
+}
+
+/* Read-only layers are opened immutable: nothing is written, no lock taken,
+ * so a cache baked into a read-only image layer works as it is. */
+static void open_layer(kiln_cache *c, const char *dir) {
+  char uri[KILN_PATH_MAX + 64];
+  kiln_layer *l;
+  size_t n = 0;
+  int r;
+  if (c->n_layers == KILN_MAX_LAYERS) {
+    kiln_log(KILN_LOG_WARN, "more than %d read-only cache layers: skipping %s", KILN_MAX_LAYERS,
+             dir);
+    return;
+  }
+  l = &c->layers[c->n_layers];
+  snprintf(l->dir, sizeof l->dir, "%s", dir);
+  /* file: URI; escape the characters a URI would read as syntax. */
+  n = (size_t)snprintf(uri, sizeof uri, "file:");
+  for (const char *p = dir; *p && n + 4 < sizeof uri; p++) {
+    if (*p == '%' || *p == '?' || *p == '#') n += (size_t)snprintf(uri + n, sizeof uri - n, "%%%02X", (unsigned char)*p);
+    else uri[n++] = *p;
+  }
+  uri[n] = '\0';
+  if (snprintf(uri + n, sizeof uri - n, "/index.sqlite?mode=ro&immutable=1") >= (int)(sizeof uri - n)) {
+    kiln_log(KILN_LOG_WARN, "read-only cache layer %s: path too long, skipped", dir);
+    return;
+  }
+  r = sqlite3_open_v2(uri, &l->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL);
+  if (r == SQLITE_OK)
+    r = sqlite3_exec(l->db, "SELECT 1 FROM records LIMIT 1", NULL, NULL, NULL);
+  if (r != SQLITE_OK) {
+    kiln_log(KILN_LOG_WARN, "read-only cache layer %s skipped: %s", dir,
+             l->db ? sqlite3_errmsg(l->db) : sqlite3_errstr(r));
+    sqlite3_close(l->db);
+    l->db = NULL;
+    return;
+  }
+  c->n_layers++;
+}
+
+static void open_layers(kiln_cache *c, const char *path) {
+  const char *p = path;
+  while (p && *p) {
+    const char *colon = strchr(p, ':');
+    size_t len = colon ? (size_t)(colon - p) : strlen(p);
+    char dir[KILN_PATH_MAX];
+    if (len && len < sizeof dir) {
+      memcpy(dir, p, len);
+      dir[len] = '\0';
+      if (strcmp(dir, c->primary.dir) != 0) open_layer(c, dir);
+    }
+    p = colon ? colon + 1 : NULL;
+  }
+}
+
+kiln_status kiln_cache_open(kiln_cache **out, const kiln_cache_options *opts) {
+  kiln_cache_options dflt = KILN_CACHE_OPTIONS_INIT;
+  kiln_cache *c;
+  kiln_status rc;
+  if (!out) return kiln_fail(KILN_EINVAL, "kiln_cache_open: out is NULL");
+  *out = NULL;
+  if (!opts) opts = &dflt;
+  if (opts->version != KILN_CACHE_OPTIONS_VERSION)
+    return kiln_fail(KILN_EINVAL, "kiln_cache_options: unknown version %d", opts->version);
+  c = calloc(1, sizeof *c);
+  if (!c) return kiln_fail(KILN_ENOMEM, "out of memory");
+  pthread_mutex_init(&c->lock, NULL);
+  if (opts->dir && *opts->dir) {
+    if (snprintf(c->primary.dir, sizeof c->primary.dir, "%s", opts->dir) >= (int)sizeof c->primary.dir) {
+      rc = kiln_fail(KILN_EINVAL, "cache path too long");
+      goto out;
+    }
+  } else {
+    KILN_CHECK(kiln_param_cache_dir(c->primary.dir, sizeof c->primary.dir));
+  }
+  KILN_CHECK(open_primary(c, opts->create));
+  open_layers(c, opts->ro_path ? opts->ro_path : kiln_param_cache_path());
+  *out = c;
+  c = NULL;
+out:
+  kiln_cache_close(c);
+  return rc;
+}
+
+void kiln_cache_close(kiln_cache *c) {
+  if (!c) return;
+  sqlite3_close(c->primary.db);
+  for (size_t i = 0; i < c->n_layers; i++) sqlite3_close(c->layers[i].db);
+  pthread_mutex_destroy(&c->lock);
+  free(c);
+}
+
+const char *kiln_cache_dir(const kiln_cache *c) {
+  return c->primary.dir;
+}

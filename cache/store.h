@@ -1,0 +1,55 @@
+/* Internal: the local store — primary directory and read-only layers. */
+#ifndef KILN_CACHE_STORE_H
+#define KILN_CACHE_STORE_H
+
+#include <pthread.h>
+#include <sqlite3.h>
+
+#include "kiln/cache.h"
+
+#define KILN_MAX_LAYERS 16
+#define KILN_PATH_MAX 4096
+
+typedef struct kiln_layer {
+  char dir[KILN_PATH_MAX];
+  sqlite3 *db;
+} kiln_layer;
+
+struct kiln_cache {
+  kiln_layer primary; /* read-write */
+  char cas_dir[KILN_PATH_MAX];
+  char tmp_dir[KILN_PATH_MAX];
+  char quarantine_dir[KILN_PATH_MAX];
+  size_t n_layers;
+  kiln_layer layers[KILN_MAX_LAYERS]; /* read-only, searched after primary */
+  pthread_mutex_t lock;               /* serialises multi-statement work on primary.db */
+};
+
+/* Runs sql on db; KILN_EDB naming what and sqlite's message on failure. */
+kiln_status kiln_sql_exec(sqlite3 *db, const char *sql, const char *what);
+/* sqlite error -> kiln_status (SQLITE_FULL -> KILN_ENOSPC, BUSY -> ELOCKED). */
+kiln_status kiln_sql_fail(sqlite3 *db, int sqlite_rc, const char *what);
+
+/* cas/<2 hex>/<62 hex> under layer_dir. */
+kiln_status kiln_blob_path(char *out, size_t cap, const char *layer_dir, const char *digest);
+/* Reads and verifies a blob; KILN_ENOTFOUND if absent, KILN_ECORRUPT (with
+ * size/digest detail) if its bytes do not hash to digest. */
+kiln_status kiln_blob_read(const char *layer_dir, const char *digest, uint64_t want_size,
+                           uint8_t **out, size_t *out_size);
+/* Writes a blob into the primary layer (no-op if a good copy exists). */
+kiln_status kiln_blob_write(kiln_cache *c, const char *digest, const void *data, size_t len);
+/* Moves a bad blob of the primary layer into quarantine/ and drops the
+ * records that reference it. */
+kiln_status kiln_blob_quarantine(kiln_cache *c, const char *digest, const char *why);
+
+/* Fills rec from a row of "SELECT " KILN_RECORD_COLUMNS. */
+void kiln_record_from_row(kiln_record *rec, sqlite3_stmt *st, int layer);
+#define KILN_RECORD_COLUMNS                                                                        \
+  "key, unit, target, kind, digest, size, toolchain, options, build_ms, registers, "              \
+  "spill_stores, spill_loads, shared_bytes, stack_bytes, log_digest, created, last_used"
+
+int64_t kiln_now_s(void);
+/* This host's name (for pins and leases). */
+void kiln_host_name(char *out, size_t cap);
+
+#endif

@@ -1,0 +1,31 @@
+/* The kiln command: shared helpers for the subcommands (cmd_<verb>.c). */
+#ifndef KILN_CLI_H
+#define KILN_CLI_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "kiln/kiln.h"
+
+/* Exit statuses: 0 success, 1 the operation failed, 2 bad usage or input. */
+enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
+
+int cmd_build(int argc, char **argv);
+int cmd_list(int argc, char **argv);
+int cmd_cache(int argc, char **argv);
+
+/* Prints "kiln <verb>: <status detail>" for a failed kiln call and returns the
+ * exit status for it (2 for invalid input, 1 otherwise). */
+int cli_error(const char *verb, kiln_status st);
+/* Prints "kiln <verb>: <message>" and returns EXIT_USAGE. */
+int cli_usage_error(const char *verb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Opens the cache at dir (NULL: from the environment). */
+kiln_status cli_open_cache(kiln_cache **out, const char *dir, int create);
+/* "12.3 MiB" */
+const char *cli_human_size(char out[32], uint64_t bytes);
+/* Prints a JSON value on stdout with a newline and frees it. */
+void cli_print_json(json_t *v);
+/* A record as a JSON object. */
+json_t *cli_record_json(const kiln_record *r);
+
+#endif

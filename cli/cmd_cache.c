@@ -1,0 +1,221 @@
+/* kiln cache ls|stats|verify|gc|rm: inspect and maintain the cache. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+
+static const char *usage =
+    "usage: kiln cache <ls|stats|verify|gc|rm> [--cache DIR] [--json] [options]\n"
+    "\n"
+    "  ls                    every record: unit, target, kind, size, digest, layer\n"
+    "  stats                 counts and bytes of records, blobs, failures, quarantine\n"
+    "  verify                re-hash every blob; bad ones are reported and quarantined\n"
+    "                        (exit status 1 if any)\n"
+    "  gc --max-size SIZE    evict least recently used records until the blobs fit in\n"
+    "                        SIZE (e.g. 500M, 2G); pinned records are kept\n"
+    "  rm KEY|GLOB           remove records by key or by unit name glob\n"
+    "  rm --all              remove every record\n"
+    "\n"
+    "  --cache DIR           primary cache directory (default: KILN_CACHE_DIR, else\n"
+    "                        $XDG_CACHE_HOME/kiln, else ~/.cache/kiln)\n"
+    "  --json                machine-readable output\n"
+    "  -h, --help            this help\n"
+    "\n"
+    "Read-only layers (KILN_CACHE_PATH) are listed by ls and stats, never changed.\n";
+
+typedef struct cache_args {
+  const char *dir;
+  const char *max_size;
+  int json, all;
+  const char *pattern;
+} cache_args;
+
+static int do_ls(kiln_cache *c, const cache_args *a) {
+  kiln_record *recs = NULL;
+  size_t n = 0;
+  kiln_status st = kiln_cache_list(c, &recs, &n);
+  if (st != KILN_OK) return cli_error("cache ls", st);
+  if (a->json) {
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(arr, cli_record_json(&recs[i]));
+    cli_print_json(arr);
+  } else {
+    printf("%-36s %-12s %-6s %10s %-14s %s\n", "UNIT", "TARGET", "KIND", "SIZE", "DIGEST", "LAYER");
+    for (size_t i = 0; i < n; i++) {
+      char size[32];
+      printf("%-36s %-12s %-6s %10s %.12s.. %d\n", recs[i].unit, recs[i].target, recs[i].kind,
+             cli_human_size(size, recs[i].size), recs[i].digest, recs[i].layer);
+    }
+  }
+  free(recs);
+  return EXIT_OK;
+}
+
+static int do_stats(kiln_cache *c, const cache_args *a) {
+  kiln_cache_stats s;
+  char size[32];
+  kiln_status st = kiln_cache_stats_get(c, &s);
+  if (st != KILN_OK) return cli_error("cache stats", st);
+  if (a->json) {
+    json_t *o = json_object();
+    json_object_set_new(o, "cache", json_string(kiln_cache_dir(c)));
+    json_object_set_new(o, "records", json_integer((json_int_t)s.records));
+    json_object_set_new(o, "blobs", json_integer((json_int_t)s.blobs));
+    json_object_set_new(o, "blob_bytes", json_integer((json_int_t)s.blob_bytes));
+    json_object_set_new(o, "failures", json_integer((json_int_t)s.failures));
+    json_object_set_new(o, "quarantined", json_integer((json_int_t)s.quarantined));
+    json_object_set_new(o, "layers", json_integer((json_int_t)s.layers));
+    json_object_set_new(o, "layer_records", json_integer((json_int_t)s.layer_records));
+    cli_print_json(o);
+    return EXIT_OK;
+  }
+  printf("cache:        %s\n", kiln_cache_dir(c));
+  printf("records:      %llu\n", (unsigned long long)s.records);
+  printf("blobs:        %llu (%s)\n", (unsigned long long)s.blobs, cli_human_size(size, s.blob_bytes));
+  printf("failures:     %llu (unexpired)\n", (unsigned long long)s.failures);
+  printf("quarantined:  %llu\n", (unsigned long long)s.quarantined);
+  printf("ro layers:    %llu (%llu records)\n", (unsigned long long)s.layers,
+         (unsigned long long)s.layer_records);
+  return EXIT_OK;
+}
+
+static int do_verify(kiln_cache *c, const cache_args *a) {
+  kiln_verify_report r;
+  kiln_status st = kiln_cache_verify(c, &r);
+  int rc;
+  if (st != KILN_OK) return cli_error("cache verify", st);
+  if (a->json) {
+    json_t *o = json_object(), *issues = json_array();
+    json_object_set_new(o, "checked", json_integer((json_int_t)r.checked));
+    json_object_set_new(o, "bad", json_integer((json_int_t)r.bad));
+    for (size_t i = 0; i < r.n_issues; i++) {
+      json_t *e = json_object();
+      json_object_set_new(e, "path", json_string(r.issues[i].path));
+      json_object_set_new(e, "what", json_string(r.issues[i].what));
+      json_array_append_new(issues, e);
+    }
+    json_object_set_new(o, "issues", issues);
+    cli_print_json(o);
+  } else {
+    for (size_t i = 0; i < r.n_issues; i++)
+      printf("BAD %s: %s\n", r.issues[i].path, r.issues[i].what);
+    printf("kiln cache verify: %llu blobs checked, %llu bad%s\n", (unsigned long long)r.checked,
+           (unsigned long long)r.bad, r.bad ? " (the next kiln build rebuilds them)" : "");
+  }
+  rc = r.bad ? EXIT_FAIL : EXIT_OK;
+  kiln_verify_report_free(&r);
+  return rc;
+}
+
+static int do_gc(kiln_cache *c, const cache_args *a) {
+  unsigned long long max = 0;
+  kiln_gc_report r;
+  char freed[32], left[32];
+  kiln_status st;
+  if (!a->max_size) return cli_usage_error("cache gc", "--max-size SIZE is required (e.g. 2G)");
+  {
+    /* Parse here so a bad size is a usage error naming the flag. */
+    char *end = NULL;
+    double v;
+    errno = 0;
+    v = strtod(a->max_size, &end);
+    if (errno || end == a->max_size || v < 0) goto bad;
+    switch (*end) {
+    case '\0': break;
+    case 'k': case 'K': v *= 1024.0; end++; break;
+    case 'm': case 'M': v *= 1024.0 * 1024; end++; break;
+    case 'g': case 'G': v *= 1024.0 * 1024 * 1024; end++; break;
+    case 't': case 'T': v *= 1024.0 * 1024 * 1024 * 1024; end++; break;
+    default: goto bad;
+    }
+    if (*end == 'i') end++;
+    if (*end == 'B') end++;
+    if (*end) goto bad;
+    max = (unsigned long long)v;
+  }
+  st = kiln_cache_gc(c, max, &r);
+  if (st != KILN_OK) return cli_error("cache gc", st);
+  if (a->json) {
+    json_t *o = json_object();
+    json_object_set_new(o, "removed_records", json_integer((json_int_t)r.removed_records));
+    json_object_set_new(o, "removed_blobs", json_integer((json_int_t)r.removed_blobs));
+    json_object_set_new(o, "freed_bytes", json_integer((json_int_t)r.freed_bytes));
+    json_object_set_new(o, "remaining_bytes", json_integer((json_int_t)r.remaining_bytes));
+    json_object_set_new(o, "pinned_skipped", json_integer((json_int_t)r.pinned_skipped));
+    cli_print_json(o);
+  } else {
+    printf("kiln cache gc: removed %llu records, %llu blobs, freed %s; %s left; %llu pinned kept\n",
+           (unsigned long long)r.removed_records, (unsigned long long)r.removed_blobs,
+           cli_human_size(freed, r.freed_bytes), cli_human_size(left, r.remaining_bytes),
+           (unsigned long long)r.pinned_skipped);
+  }
+  return EXIT_OK;
+bad:
+  return cli_usage_error("cache gc", "--max-size '%s' is not a size (e.g. 500M, 2G, 1048576)",
+                         a->max_size);
+}
+
+static int do_rm(kiln_cache *c, const cache_args *a) {
+  uint64_t removed = 0;
+  kiln_status st;
+  if (!a->all && !a->pattern)
+    return cli_usage_error("cache rm", "name a KEY or unit GLOB, or --all");
+  st = kiln_cache_rm(c, a->all ? NULL : a->pattern, &removed);
+  if (st != KILN_OK) return cli_error("cache rm", st);
+  if (a->json) {
+    json_t *o = json_object();
+    json_object_set_new(o, "removed", json_integer((json_int_t)removed));
+    cli_print_json(o);
+  } else {
+    printf("kiln cache rm: removed %llu records\n", (unsigned long long)removed);
+  }
+  return EXIT_OK;
+}
+
+int cmd_cache(int argc, char **argv) {
+  static const struct option longs[] = {
+      {"cache", required_argument, 0, 'c'}, {"json", no_argument, 0, 'J'},
+      {"max-size", required_argument, 0, 'm'}, {"all", no_argument, 0, 'A'},
+      {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+  static const struct {
+    const char *name;
+    int (*fn)(kiln_cache *, const cache_args *);
+  } verbs[] = {{"ls", do_ls}, {"stats", do_stats}, {"verify", do_verify}, {"gc", do_gc}, {"rm", do_rm}};
+  cache_args a = {0};
+  const char *verb;
+  kiln_cache *c = NULL;
+  kiln_status st;
+  int ch, rc;
+  if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+    fputs(usage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? EXIT_USAGE : EXIT_OK;
+  }
+  verb = argv[1];
+  optind = 1;
+  while ((ch = getopt_long(argc - 1, argv + 1, "h", longs, NULL)) != -1) {
+    switch (ch) {
+    case 'c': a.dir = optarg; break;
+    case 'J': a.json = 1; break;
+    case 'm': a.max_size = optarg; break;
+    case 'A': a.all = 1; break;
+    case 'h': fputs(usage, stdout); return EXIT_OK;
+    default: return cli_usage_error("cache", "bad option");
+    }
+  }
+  if (optind < argc - 1) a.pattern = argv[1 + optind++];
+  if (optind < argc - 1) return cli_usage_error("cache", "unexpected argument '%s'", argv[1 + optind]);
+  if (a.pattern && strcmp(verb, "rm") != 0)
+    return cli_usage_error("cache", "'%s' takes no argument '%s'", verb, a.pattern);
+  for (size_t i = 0; i < sizeof verbs / sizeof *verbs; i++) {
+    if (strcmp(verb, verbs[i].name) != 0) continue;
+    if ((st = cli_open_cache(&c, a.dir, 0)) != KILN_OK) return cli_error("cache", st);
+    rc = verbs[i].fn(c, &a);
+    kiln_cache_close(c);
+    return rc;
+  }
+  return cli_usage_error("cache", "unknown subcommand '%s' (ls, stats, verify, gc, rm)", verb);
+}

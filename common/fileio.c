@@ -1,0 +1,148 @@
+/* Crash-safe file writes and whole-file reads. */
+#include "common/fileio.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/error.h"
+
+kiln_status kiln_path_join(char *out, size_t cap, const char *a, const char *b) {
+  int n = snprintf(out, cap, "%s/%s", a, b);
+  if (n < 0 || (size_t)n >= cap) return kiln_fail(KILN_EINVAL, "path too long: %s/%s", a, b);
+  return KILN_OK;
+}
+
+kiln_status kiln_fsync_dir(const char *path) {
+  int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return kiln_fail_errno(KILN_EIO, errno, "open directory %s", path);
+  if (fsync(fd) != 0 && errno != EINVAL) {
+    int e = errno;
+    close(fd);
+    return kiln_fail_errno(KILN_EIO, e, "fsync directory %s", path);
+  }
+  close(fd);
+  return KILN_OK;
+}
+
+static kiln_status write_all(int fd, const void *data, size_t len, const char *path) {
+  const char *p = data;
+  while (len) {
+    ssize_t w = write(fd, p, len);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return kiln_fail_errno(KILN_EIO, errno, "write %s", path);
+    }
+    p += w;
+    len -= (size_t)w;
+  }
+  return KILN_OK;
+}
+
+kiln_status kiln_write_atomic(const char *path, const char *tmp_dir, const void *data, size_t len,
+                              unsigned mode) {
+  char tmp[4096], dir[4096];
+  kiln_status rc;
+  int fd = -1, n;
+  n = snprintf(tmp, sizeof tmp, "%s/tmp.%ld.XXXXXX", tmp_dir, (long)getpid());
+  if (n < 0 || (size_t)n >= sizeof tmp) return kiln_fail(KILN_EINVAL, "path too long: %s", tmp_dir);
+  fd = mkstemp(tmp);
+  if (fd < 0) return kiln_fail_errno(KILN_EIO, errno, "create temp file in %s", tmp_dir);
+  KILN_CHECK(write_all(fd, data, len, tmp));
+  if (fsync(fd) != 0) {
+    rc = kiln_fail_errno(KILN_EIO, errno, "fsync %s", tmp);
+    goto out;
+  }
+  if (fchmod(fd, mode) != 0) {
+    rc = kiln_fail_errno(KILN_EIO, errno, "chmod %s", tmp);
+    goto out;
+  }
+  if (close(fd) != 0) {
+    fd = -1;
+    rc = kiln_fail_errno(KILN_EIO, errno, "close %s", tmp);
+    goto out;
+  }
+  fd = -1;
+  if (rename(tmp, path) != 0) {
+    rc = kiln_fail_errno(KILN_EIO, errno, "rename %s to %s", tmp, path);
+    goto out;
+  }
+  tmp[0] = '\0';
+  n = snprintf(dir, sizeof dir, "%s", path);
+  if (n < 0 || (size_t)n >= sizeof dir) {
+    rc = kiln_fail(KILN_EINVAL, "path too long: %s", path);
+    goto out;
+  }
+  rc = kiln_fsync_dir(dirname(dir));
+out:
+  if (fd >= 0) close(fd);
+  if (tmp[0] && rc != KILN_OK) unlink(tmp);
+  return rc;
+}
+
+kiln_status kiln_read_file(const char *path, uint8_t **out, size_t *out_len) {
+  struct stat st;
+  uint8_t *buf = NULL;
+  size_t got = 0;
+  kiln_status rc = KILN_OK;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return kiln_fail(KILN_ENOTFOUND, "%s: no such file", path);
+    return kiln_fail_errno(KILN_EIO, errno, "open %s", path);
+  }
+  if (fstat(fd, &st) != 0) {
+    rc = kiln_fail_errno(KILN_EIO, errno, "stat %s", path);
+    goto out;
+  }
+  buf = malloc((size_t)st.st_size + 1);
+  if (!buf) {
+    rc = kiln_fail(KILN_ENOMEM, "read %s: out of memory", path);
+    goto out;
+  }
+  while (got < (size_t)st.st_size) {
+    ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      rc = kiln_fail_errno(KILN_EIO, errno, "read %s", path);
+      goto out;
+    }
+    if (r == 0) break; /* shrank while reading: the digest check catches it */
+    got += (size_t)r;
+  }
+  buf[got] = '\0';
+  *out = buf;
+  *out_len = got;
+  buf = NULL;
+out:
+  free(buf);
+  close(fd);
+  return rc;
+}
+
+kiln_status kiln_mkdir(const char *path, unsigned mode) {
+  struct stat st;
+  if (mkdir(path, mode) == 0) return KILN_OK;
+  if (errno == EEXIST && stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return KILN_OK;
+  if (errno == EEXIST) return kiln_fail(KILN_EIO, "%s exists and is not a directory", path);
+  return kiln_fail_errno(KILN_EIO, errno, "create directory %s", path);
+}
+
+kiln_status kiln_mkdir_p(const char *path, unsigned mode) {
+  char buf[4096];
+  int n = snprintf(buf, sizeof buf, "%s", path);
+  kiln_status rc;
+  if (n < 0 || (size_t)n >= sizeof buf) return kiln_fail(KILN_EINVAL, "path too long: %s", path);
+  for (char *p = buf + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    rc = kiln_mkdir(buf, mode);
+    *p = '/';
+    if (rc != KILN_OK) return rc;
+  }
+  return kiln_mkdir(buf, mode);
+}

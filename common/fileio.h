@@ -1,0 +1,26 @@
+/* Internal: file io that survives crashes — temp file, fsync, rename, fsync dir. */
+#ifndef KILN_COMMON_FILEIO_H
+#define KILN_COMMON_FILEIO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln/status.h"
+
+/* Writes data to path atomically: a unique temp file in tmp_dir (same file
+ * system), written in full, fsynced, given mode, renamed over path, and the
+ * directory of path fsynced. On failure the temp file is removed. */
+kiln_status kiln_write_atomic(const char *path, const char *tmp_dir, const void *data, size_t len,
+                              unsigned mode);
+/* Reads a whole file; *out freed with free(). KILN_ENOTFOUND if missing. */
+kiln_status kiln_read_file(const char *path, uint8_t **out, size_t *out_len);
+/* mkdir with mode unless it exists as a directory. */
+kiln_status kiln_mkdir(const char *path, unsigned mode);
+/* mkdir -p (each missing component gets mode). */
+kiln_status kiln_mkdir_p(const char *path, unsigned mode);
+/* fsync a directory (so a rename in it is durable). */
+kiln_status kiln_fsync_dir(const char *path);
+/* snprintf into out with truncation reported as KILN_EINVAL. */
+kiln_status kiln_path_join(char *out, size_t cap, const char *a, const char *b);
+
+#endif

@@ -1,0 +1,31 @@
+/* Internal: every KILN_* environment variable is read here, and only here.
+ * Bad values are errors (with the variable named), never silently ignored. */
+#ifndef KILN_COMMON_PARAMS_H
+#define KILN_COMMON_PARAMS_H
+
+#include <stddef.h>
+
+#include "kiln/log.h"
+#include "kiln/status.h"
+
+/* KILN_LOG: error|warn|info|debug. KILN_ENOTFOUND when unset. */
+kiln_status kiln_param_log_level(kiln_log_level *out);
+/* The primary cache directory: KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln,
+ * else $HOME/.cache/kiln. */
+kiln_status kiln_param_cache_dir(char *out, size_t cap);
+/* KILN_CACHE_PATH (colon-separated read-only layers) or NULL when unset. */
+const char *kiln_param_cache_path(void);
+/* KILN_JOBS: positive integer, or 0 when unset. */
+kiln_status kiln_param_jobs(int *out);
+/* KILN_FAILURE_TTL: seconds a failed compile is remembered (default 600). */
+kiln_status kiln_param_failure_ttl(int *out);
+/* KILN_TEST_COMPILE_DELAY_MS: test-only hook, sleeps before each compile. */
+kiln_status kiln_param_test_compile_delay_ms(int *out);
+
+/* Parses a decimal integer in [lo, hi] (whole string). */
+kiln_status kiln_parse_int(long long *out, const char *s, long long lo, long long hi,
+                           const char *what);
+/* Parses a size like 500M, 2G, 1048576, 64k (binary multiples). */
+kiln_status kiln_parse_size(unsigned long long *out, const char *s, const char *what);
+
+#endif

@@ -1,0 +1,157 @@
+/* One unit, one target: NVRTC with the unit's files as in-memory headers. */
+#include "compiler/compile.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/error.h"
+#include "common/params.h"
+#include "compiler/nvrtc.h"
+
+#define MAX_OPTS 32
+#define MAX_FILES 64
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int max_i(int a, int b) {
+  return a > b ? a : b;
+}
+
+void kiln_parse_resources(kiln_resources *res, const char *log) {
+  const char *p = log;
+  memset(res, 0, sizeof *res);
+  while (p && *p) {
+    const char *eol = strchr(p, '\n');
+    const char *s;
+    int a, b, c;
+    if ((s = strstr(p, "bytes stack frame")) && (!eol || s < eol)) {
+      /* ".     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" */
+      const char *d = p;
+      while (*d && (*d < '0' || *d > '9')) d++;
+      if (sscanf(d, "%d bytes stack frame, %d bytes spill stores, %d bytes spill loads", &a, &b,
+                 &c) == 3) {
+        res->stack_bytes = max_i(res->stack_bytes, a);
+        res->spill_stores += b;
+        res->spill_loads += c;
+        res->functions++;
+      }
+    }
+    if ((s = strstr(p, "Used ")) && (!eol || s < eol) && sscanf(s, "Used %d registers", &a) == 1)
+      res->registers = max_i(res->registers, a);
+    if ((s = strstr(p, " bytes smem")) && (!eol || s < eol)) {
+      const char *d = s;
+      while (d > p && d[-1] >= '0' && d[-1] <= '9') d--;
+      if (sscanf(d, "%d", &a) == 1) res->shared_bytes = max_i(res->shared_bytes, a);
+    }
+    p = eol ? eol + 1 : NULL;
+  }
+}
+
+/* Splits options on spaces into argv (pointers into buf). */
+static kiln_status split_options(char *buf, const char **argv, int *argc) {
+  char *save = NULL;
+  for (char *t = strtok_r(buf, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+    if (*argc >= MAX_OPTS - 1) return kiln_fail(KILN_EINVAL, "too many compile options");
+    argv[(*argc)++] = t;
+  }
+  return KILN_OK;
+}
+
+static kiln_status fetch_log(const kiln_nvrtc_api *api, nvrtcProgram prog, kiln_artifact *out) {
+  size_t n = 0;
+  if (api->GetProgramLogSize(prog, &n) != NVRTC_SUCCESS) n = 0;
+  out->log = calloc(n + 1, 1);
+  if (!out->log) return kiln_fail(KILN_ENOMEM, "out of memory");
+  if (n && api->GetProgramLog(prog, out->log) != NVRTC_SUCCESS) out->log[0] = '\0';
+  out->log_len = strlen(out->log);
+  return KILN_OK;
+}
+
+static kiln_status fetch_code(const kiln_nvrtc_api *api, nvrtcProgram prog, int ptx,
+                              kiln_artifact *out) {
+  kiln_status rc = KILN_OK;
+  size_t n = 0;
+  NVRTC_CHECK(api, ptx ? api->GetPTXSize(prog, &n) : api->GetCUBINSize(prog, &n), "get code size");
+  out->data = malloc(n ? n : 1);
+  if (!out->data) return kiln_fail(KILN_ENOMEM, "out of memory");
+  out->size = n;
+  NVRTC_CHECK(api, ptx ? api->GetPTX(prog, (char *)out->data) : api->GetCUBIN(prog, (char *)out->data),
+              "get code");
+  /* PTX is stored as text without NVRTC's terminating NUL. */
+  if (ptx && out->size && out->data[out->size - 1] == '\0') out->size--;
+out:
+  return rc;
+}
+
+kiln_status kiln_compile_unit(kiln_artifact *out, const kiln_unit_info *unit,
+                              const kiln_target *target, const char *options) {
+  const kiln_nvrtc_api *api;
+  const char *argv[MAX_OPTS], *hdr_src[MAX_FILES], *hdr_name[MAX_FILES];
+  char opt_buf[1024], arch[32], tname[16], what[160];
+  nvrtcProgram prog = NULL;
+  int argc = 0, nh = 0, delay = 0;
+  double t0 = now_ms();
+  nvrtcResult cr;
+  kiln_status rc;
+
+  memset(out, 0, sizeof *out);
+  KILN_CHECK(kiln_nvrtc_get(&api));
+  KILN_CHECK(kiln_param_test_compile_delay_ms(&delay));
+  if (delay > 0) {
+    struct timespec ts = {delay / 1000, (long)(delay % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  kiln_target_name(target, tname);
+  snprintf(what, sizeof what, "%s for %s", unit->name, tname);
+  if (snprintf(opt_buf, sizeof opt_buf, "%s", options ? options : "") >= (int)sizeof opt_buf) {
+    rc = kiln_fail(KILN_EINVAL, "compile options too long");
+    goto out;
+  }
+  KILN_CHECK(split_options(opt_buf, argv, &argc));
+  snprintf(arch, sizeof arch, "-arch=%s", tname);
+  argv[argc++] = arch;
+  for (size_t i = 0; i < unit->n_files; i++) {
+    const kiln_source_file *f = unit->files[i];
+    if (f == unit->main_file) continue;
+    if (nh == MAX_FILES) {
+      rc = kiln_fail(KILN_EINVAL, "%s: too many header files", unit->name);
+      goto out;
+    }
+    /* NVRTC wants NUL-terminated text; the embedded files carry a NUL past size. */
+    hdr_src[nh] = (const char *)f->data;
+    hdr_name[nh++] = f->path;
+  }
+  NVRTC_CHECK(api,
+              api->CreateProgram(&prog, (const char *)unit->main_file->data, unit->main_file->path,
+                                 nh, hdr_src, hdr_name),
+              what);
+  cr = api->CompileProgram(prog, argc, argv);
+  KILN_CHECK(fetch_log(api, prog, out));
+  if (cr != NVRTC_SUCCESS) {
+    rc = kiln_fail(KILN_ECOMPILE, "%s: %s", what, api->GetErrorString(cr));
+    goto out;
+  }
+  KILN_CHECK(fetch_code(api, prog, target->kind == KILN_TARGET_PTX, out));
+  if (target->kind == KILN_TARGET_PTX) {
+    memset(&out->res, 0xff, sizeof out->res); /* -1: ptxas did not run */
+  } else {
+    kiln_parse_resources(&out->res, out->log);
+  }
+  out->ms = now_ms() - t0;
+out:
+  if (prog) api->DestroyProgram(&prog);
+  return rc;
+}
+
+void kiln_artifact_free(kiln_artifact *a) {
+  if (!a) return;
+  free(a->data);
+  free(a->log);
+  memset(a, 0, sizeof *a);
+}

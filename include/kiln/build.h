@@ -1,0 +1,77 @@
+/* kiln — build a plan (units x targets) into a cache.
+ *
+ * For every (unit, target): a record whose blob verifies is a hit; an
+ * unexpired failure record is a failure (unless rebuild); otherwise NVRTC
+ * compiles it on a thread pool and the result is stored. */
+#ifndef KILN_BUILD_H
+#define KILN_BUILD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln/api.h"
+#include "kiln/cache.h"
+#include "kiln/status.h"
+#include "kiln/target.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum kiln_build_outcome {
+  KILN_BUILD_HIT = 0,    /* already in the cache */
+  KILN_BUILD_BUILT = 1,  /* compiled and stored now */
+  KILN_BUILD_FAILED = 2, /* compile or store failed (see error) */
+} kiln_build_outcome;
+
+typedef struct kiln_build_item {
+  const kiln_unit_info *unit;
+  kiln_target target;
+  char target_name[16];
+  kiln_build_outcome outcome;
+  kiln_status status;  /* KILN_OK unless FAILED */
+  char error[512];     /* one line, when FAILED */
+  char *log_tail;      /* last lines of the build log when the compile failed */
+  kiln_record record;  /* valid for HIT and BUILT */
+} kiln_build_item;
+
+typedef struct kiln_build_summary {
+  size_t n_items;
+  kiln_build_item *items;
+  size_t targets, hits, built, failed;
+  uint64_t bytes;   /* bytes of every artifact in the plan */
+  double wall_ms;
+} kiln_build_summary;
+
+/* Called from the building threads, serialised by kiln, after each item. */
+typedef void (*kiln_build_progress_fn)(const kiln_build_item *item, size_t done, size_t total,
+                                       void *user);
+
+typedef struct kiln_build_options {
+  int version;                 /* KILN_BUILD_OPTIONS_VERSION */
+  const kiln_target *targets;  /* required */
+  size_t n_targets;
+  const char *kernels_glob;    /* fnmatch over unit names; NULL: every unit */
+  int jobs;                    /* threads; <= 0: number of online cores */
+  int rebuild;                 /* compile even on a hit */
+  kiln_build_progress_fn progress;
+  void *user;
+} kiln_build_options;
+
+#define KILN_BUILD_OPTIONS_VERSION 1
+#define KILN_BUILD_OPTIONS_INIT {KILN_BUILD_OPTIONS_VERSION, NULL, 0, NULL, 0, 0, NULL, NULL}
+
+/* Builds the plan. KILN_OK when the plan ran (check summary->failed);
+ * KILN_ENOTFOUND when the glob matches no unit; other codes when nothing could
+ * run. *out is freed with kiln_build_summary_free. */
+KILN_API kiln_status kiln_build(kiln_build_summary **out, kiln_cache *cache,
+                                const kiln_build_options *opts);
+KILN_API void kiln_build_summary_free(kiln_build_summary *s);
+
+/* The compile options that go into every key (NVRTC flags, space-separated). */
+KILN_API const char *kiln_build_compile_options(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,156 @@
+/* kiln — the content-addressed kernel cache.
+ *
+ * key    = SHA-256("kiln-key-v1" \0 unit \0 unit_digest \0 target \0 options \0 toolchain)
+ * record = key -> {unit, target, kind, digest, size, toolchain, options, resources, ...}
+ * blob   = the artifact bytes, stored once under SHA-256(bytes) in cas/<2 hex>/<62 hex>
+ *
+ * A cache is a primary directory (read-write, $KILN_CACHE_DIR or
+ * $XDG_CACHE_HOME/kiln or ~/.cache/kiln) and read-only layers searched after it
+ * ($KILN_CACHE_PATH, colon-separated). Every read verifies the blob's digest;
+ * a bad blob is quarantined and reads as a miss. See docs/cache-format.md. */
+#ifndef KILN_CACHE_H
+#define KILN_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln/api.h"
+#include "kiln/kernels.h"
+#include "kiln/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kiln_cache kiln_cache;
+
+typedef struct kiln_cache_options {
+  int version;               /* KILN_CACHE_OPTIONS_VERSION */
+  const char *dir;           /* primary directory; NULL: from the environment */
+  const char *ro_path;       /* read-only layers, colon-separated; NULL: KILN_CACHE_PATH */
+  int create;                /* create the primary directory (0700) if missing */
+} kiln_cache_options;
+
+#define KILN_CACHE_OPTIONS_VERSION 1
+#define KILN_CACHE_OPTIONS_INIT {KILN_CACHE_OPTIONS_VERSION, NULL, NULL, 1}
+
+/* One cache record. Strings are NUL-terminated; resources are -1 when unknown
+ * (PTX has none). */
+typedef struct kiln_record {
+  char key[65];
+  char unit[64];
+  char target[16];
+  char kind[8];          /* "cubin" or "ptx" */
+  char digest[65];       /* SHA-256 of the blob */
+  uint64_t size;         /* blob bytes */
+  char toolchain[32];    /* "nvrtc-13.0" */
+  char options[256];     /* compile options, space-separated */
+  double build_ms;       /* compile wall time */
+  int registers;         /* max over entry points */
+  int spill_stores;      /* bytes, summed over entry points */
+  int spill_loads;       /* bytes, summed over entry points */
+  int shared_bytes;      /* static shared memory, max over entry points */
+  int stack_bytes;       /* stack frame, max over entry points */
+  char log_digest[65];   /* blob holding the build log ("" if none) */
+  int64_t created;       /* unix seconds */
+  int64_t last_used;     /* unix seconds (primary layer only) */
+  int layer;             /* 0 primary, 1.. read-only layers in order */
+} kiln_record;
+
+/* Opens (and with create, creates 0700) the primary directory, then the
+ * read-only layers. KILN_EPERM for a directory owned by another user or
+ * writable by group/others; KILN_EIO names the path and errno text. */
+KILN_API kiln_status kiln_cache_open(kiln_cache **out, const kiln_cache_options *opts);
+KILN_API void kiln_cache_close(kiln_cache *cache);
+/* The primary directory in use. */
+KILN_API const char *kiln_cache_dir(const kiln_cache *cache);
+
+/* The cache key of (unit, target, options, toolchain) as 64 hex digits. */
+KILN_API kiln_status kiln_cache_key(char out[65], const kiln_unit_info *unit, const char *target,
+                                    const char *options, const char *toolchain);
+
+/* Looks key up in every layer in order and reads its blob, verifying the
+ * digest. out_blob may be NULL to check presence (the blob is still verified).
+ * KILN_ENOTFOUND on a miss (a corrupt blob is quarantined and is a miss).
+ * *out_blob is freed with free(). */
+KILN_API kiln_status kiln_cache_get(kiln_cache *cache, const char *key, kiln_record *out_rec,
+                                    uint8_t **out_blob, size_t *out_size);
+
+/* Stores blob (and the build log, if any) and then the record in the primary
+ * layer: blob first (temp file, fsync, rename, fsync dir), record last, so a
+ * crash never leaves a record without its blob. rec->digest, size, log_digest
+ * and created are filled in here. Idempotent for the same key and bytes. */
+KILN_API kiln_status kiln_cache_put(kiln_cache *cache, kiln_record *rec, const void *blob,
+                                    size_t size, const char *log, size_t log_len);
+
+/* A failed compile, kept for ttl_s seconds so many callers do not retry it. */
+KILN_API kiln_status kiln_cache_put_failure(kiln_cache *cache, const char *key, const char *unit,
+                                            const char *target, const char *log, int ttl_s);
+/* KILN_OK with the log (free()) if an unexpired failure is recorded for key. */
+KILN_API kiln_status kiln_cache_get_failure(kiln_cache *cache, const char *key, char **out_log);
+/* Drops a failure record (e.g. on --rebuild). */
+KILN_API kiln_status kiln_cache_clear_failure(kiln_cache *cache, const char *key);
+
+/* Reads a blob by digest (verified) from any layer, e.g. a build log. */
+KILN_API kiln_status kiln_cache_read_blob(kiln_cache *cache, const char *digest, uint8_t **out,
+                                          size_t *out_size);
+
+/* Every record of every layer (primary first); *out freed with free(). */
+KILN_API kiln_status kiln_cache_list(kiln_cache *cache, kiln_record **out, size_t *n);
+
+typedef struct kiln_cache_stats {
+  uint64_t records;       /* primary layer */
+  uint64_t blobs;         /* files under cas/ */
+  uint64_t blob_bytes;
+  uint64_t failures;      /* unexpired failure records */
+  uint64_t quarantined;   /* files under quarantine/ */
+  uint64_t layers;        /* read-only layers open */
+  uint64_t layer_records; /* records in read-only layers */
+} kiln_cache_stats;
+
+KILN_API kiln_status kiln_cache_stats_get(kiln_cache *cache, kiln_cache_stats *out);
+
+typedef struct kiln_verify_issue {
+  char path[512];  /* the blob or record at fault */
+  char what[128];  /* "digest mismatch", "truncated", "missing blob", ... */
+} kiln_verify_issue;
+
+typedef struct kiln_verify_report {
+  uint64_t checked;           /* blobs re-hashed */
+  uint64_t bad;               /* issues found */
+  size_t n_issues;
+  kiln_verify_issue *issues;  /* freed with kiln_verify_report_free */
+} kiln_verify_report;
+
+/* Re-hashes every blob of the primary layer, quarantines bad ones and drops
+ * their records; reports records whose blob is missing; removes temp files
+ * left by killed writers. KILN_OK even when issues were found (see report). */
+KILN_API kiln_status kiln_cache_verify(kiln_cache *cache, kiln_verify_report *out);
+KILN_API void kiln_verify_report_free(kiln_verify_report *r);
+
+typedef struct kiln_gc_report {
+  uint64_t removed_records;
+  uint64_t removed_blobs;
+  uint64_t freed_bytes;
+  uint64_t remaining_bytes;
+  uint64_t pinned_skipped;
+} kiln_gc_report;
+
+/* Evicts least-recently-used records (and blobs no record references) until
+ * the blobs of the primary layer take at most max_bytes. Records pinned by a
+ * live process are never removed. */
+KILN_API kiln_status kiln_cache_gc(kiln_cache *cache, uint64_t max_bytes, kiln_gc_report *out);
+
+/* Pins key for this process (gc will not evict it) / releases the pin. */
+KILN_API kiln_status kiln_cache_pin(kiln_cache *cache, const char *key);
+KILN_API kiln_status kiln_cache_unpin(kiln_cache *cache, const char *key);
+
+/* Removes the records of the primary layer whose key, or whose unit (fnmatch
+ * glob), matches pattern; NULL removes every record. Blobs no longer referenced
+ * are deleted. *removed gets the count. */
+KILN_API kiln_status kiln_cache_rm(kiln_cache *cache, const char *pattern, uint64_t *removed);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,11 @@
+/* kiln — umbrella header. */
+#ifndef KILN_KILN_H
+#define KILN_KILN_H
+#include "kiln/build.h"
+#include "kiln/cache.h"
+#include "kiln/kernels.h"
+#include "kiln/log.h"
+#include "kiln/status.h"
+#include "kiln/target.h"
+#include "kiln/version.h"
+#endif
