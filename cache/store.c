@@ -127,6 +127,13 @@ out:
   return rc;
 }
 
+static int wal_pending(const char *dir) {
+  char wal[KILN_PATH_MAX];
+  struct stat st;
+  if (snprintf(wal, sizeof wal, "%s/index.sqlite-wal", dir) >= (int)sizeof wal) return 0;
+  return stat(wal, &st) == 0 && st.st_size > 0;
+}
+
 /* Read-only layers are opened immutable: nothing is written, no lock taken,
  * so a cache baked into a read-only image layer works as it is. */
 static void open_layer(kiln_cache *c, const char *dir) {
@@ -148,7 +155,15 @@ static void open_layer(kiln_cache *c, const char *dir) {
     else uri[n++] = *p;
   }
   uri[n] = '\0';
-  if (snprintf(uri + n, sizeof uri - n, "/index.sqlite?mode=ro&immutable=1") >= (int)(sizeof uri - n)) {
+  /* immutable skips locking and the WAL; a layer whose writer is still open
+   * (or was killed) has committed rows in index.sqlite-wal, so read it as a
+   * plain read-only database then. A cache baked into an image has no WAL:
+   * the last writer to close checkpoints it into index.sqlite. */
+  if (wal_pending(dir))
+    kiln_log(KILN_LOG_INFO, "read-only cache layer %s has a write-ahead log: opened without "
+             "immutable", dir);
+  if (snprintf(uri + n, sizeof uri - n, "/index.sqlite?mode=ro%s",
+               wal_pending(dir) ? "" : "&immutable=1") >= (int)(sizeof uri - n)) {
     kiln_log(KILN_LOG_WARN, "read-only cache layer %s: path too long, skipped", dir);
     return;
   }
@@ -211,6 +226,9 @@ out:
 
 void kiln_cache_close(kiln_cache *c) {
   if (!c) return;
+  /* Fold the WAL into index.sqlite so the directory can serve as a read-only
+   * (immutable) layer as it is; best effort when others still have it open. */
+  if (c->primary.db) sqlite3_exec(c->primary.db, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL);
   sqlite3_close(c->primary.db);
   for (size_t i = 0; i < c->n_layers; i++) sqlite3_close(c->layers[i].db);
   pthread_mutex_destroy(&c->lock);

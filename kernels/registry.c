@@ -169,12 +169,18 @@ const kiln_unit_info *kiln_unit_find(const char *name) {
 }
 
 kiln_status kiln_unit_digest(char out[65], const kiln_unit_info *unit) {
+  const kiln_source_file *sorted[MAX_UNIT_FILES];
   kiln_sha256 *h = NULL;
   kiln_status rc;
   if (!unit) return kiln_fail(KILN_EINVAL, "kiln_unit_digest: NULL unit");
+  if (unit->n_files > MAX_UNIT_FILES)
+    return kiln_fail(KILN_EINVAL, "unit %s has more than %d files", unit->name, MAX_UNIT_FILES);
+  /* Sorted by path here, whatever order the caller keeps them in. */
+  memcpy(sorted, unit->files, unit->n_files * sizeof *sorted);
+  qsort(sorted, unit->n_files, sizeof *sorted, cmp_file);
   KILN_CHECK(kiln_sha256_new(&h));
   for (size_t i = 0; i < unit->n_files; i++) {
-    const kiln_source_file *f = unit->files[i];
+    const kiln_source_file *f = sorted[i];
     char size[32];
     int n = snprintf(size, sizeof size, "%zu", f->size);
     KILN_CHECK(kiln_sha256_update(h, f->path, strlen(f->path) + 1));

@@ -1,0 +1,253 @@
+/* cache/store.c, records.c, blobs.c, maintain.c: the local store's contract. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/digest.h"
+#include "kiln/cache.h"
+#include "tests/unit/test_util.h"
+
+typedef struct fixture {
+  char dir[256];
+  char cache_dir[300];
+  kiln_cache *c;
+} fixture;
+
+static int setup(void **state) {
+  fixture *f = calloc(1, sizeof *f);
+  kiln_cache_options o = KILN_CACHE_OPTIONS_INIT;
+  test_make_tmpdir(f->dir, sizeof f->dir);
+  snprintf(f->cache_dir, sizeof f->cache_dir, "%s/cache", f->dir);
+  o.dir = f->cache_dir;
+  o.ro_path = "";
+  if (kiln_cache_open(&f->c, &o) != KILN_OK) return -1;
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  kiln_cache_close(f->c);
+  test_rm_rf(f->dir);
+  free(f);
+  return 0;
+}
+
+static void fill_record(kiln_record *r, const char *key_seed, const char *unit) {
+  memset(r, 0, sizeof *r);
+  kiln_sha256_hex(r->key, key_seed, strlen(key_seed));
+  snprintf(r->unit, sizeof r->unit, "%s", unit);
+  snprintf(r->target, sizeof r->target, "sm_90");
+  snprintf(r->kind, sizeof r->kind, "cubin");
+  snprintf(r->toolchain, sizeof r->toolchain, "nvrtc-13.0");
+  snprintf(r->options, sizeof r->options, "-std=c++17");
+}
+
+static void blob_path(char *out, size_t cap, const fixture *f, const char *digest) {
+  if (cap < sizeof f->cache_dir + 80) abort();
+  snprintf(out, cap, "%.300s/cas/%.2s/%.62s", f->cache_dir, digest, digest + 2);
+}
+
+static void test_created_0700_and_refuses_unsafe_dirs(void **state) {
+  fixture *f = *state;
+  struct stat st;
+  kiln_cache *c = NULL;
+  kiln_cache_options o = KILN_CACHE_OPTIONS_INIT;
+  char other[300];
+  assert_int_equal(stat(f->cache_dir, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0700);
+  snprintf(other, sizeof other, "%s/open", f->dir);
+  assert_int_equal(mkdir(other, 0700), 0);
+  assert_int_equal(chmod(other, 0777), 0);
+  o.dir = other;
+  o.ro_path = "";
+  assert_int_equal(kiln_cache_open(&c, &o), KILN_EPERM);
+  assert_null(c);
+  assert_non_null(strstr(kiln_last_error(), "chmod 700"));
+  if (geteuid() == 0) {
+    assert_int_equal(chmod(other, 0700), 0);
+    assert_int_equal(chown(other, 65534, 65534), 0);
+    assert_int_equal(kiln_cache_open(&c, &o), KILN_EPERM);
+    assert_non_null(strstr(kiln_last_error(), "owned by uid 65534"));
+  }
+}
+
+static void test_put_get_round_trip(void **state) {
+  fixture *f = *state;
+  kiln_record r, got;
+  uint8_t *blob = NULL;
+  size_t n = 0;
+  fill_record(&r, "k1", "unit_a");
+  assert_int_equal(kiln_cache_put(f->c, &r, "artifact-bytes", 14, "log text", 8), KILN_OK);
+  assert_true(kiln_is_hex64(r.digest));
+  assert_true(kiln_is_hex64(r.log_digest));
+  assert_int_equal(kiln_cache_get(f->c, r.key, &got, &blob, &n), KILN_OK);
+  assert_int_equal(n, 14);
+  assert_memory_equal(blob, "artifact-bytes", 14);
+  assert_string_equal(got.digest, r.digest);
+  assert_string_equal(got.unit, "unit_a");
+  assert_int_equal(got.layer, 0);
+  free(blob);
+  assert_int_equal(kiln_cache_read_blob(f->c, r.log_digest, &blob, &n), KILN_OK);
+  assert_memory_equal(blob, "log text", 8);
+  free(blob);
+  /* idempotent */
+  assert_int_equal(kiln_cache_put(f->c, &r, "artifact-bytes", 14, NULL, 0), KILN_OK);
+  assert_int_equal(kiln_cache_get(f->c, "0000000000000000000000000000000000000000000000000000000000000000",
+                                  NULL, NULL, NULL),
+                   KILN_ENOTFOUND);
+}
+
+static void corrupt_and_expect_miss(fixture *f, int truncate_it) {
+  kiln_record r;
+  char path[1024], qdir[400];
+  uint8_t *blob = NULL;
+  size_t n = 0;
+  int fd;
+  DIR *d;
+  struct dirent *e;
+  int quarantined = 0;
+  fill_record(&r, truncate_it ? "trunc" : "flip", "unit_b");
+  assert_int_equal(kiln_cache_put(f->c, &r, "0123456789abcdef", 16, NULL, 0), KILN_OK);
+  blob_path(path, sizeof path, f, r.digest);
+  chmod(path, 0644);
+  if (truncate_it) {
+    assert_int_equal(truncate(path, 7), 0);
+  } else {
+    fd = open(path, O_WRONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, "X", 1, 3), 1);
+    close(fd);
+  }
+  assert_int_equal(kiln_cache_get(f->c, r.key, NULL, &blob, &n), KILN_ENOTFOUND);
+  assert_null(blob);
+  assert_int_equal(access(path, F_OK), -1); /* moved out of cas/ */
+  snprintf(qdir, sizeof qdir, "%s/quarantine", f->cache_dir);
+  d = opendir(qdir);
+  assert_non_null(d);
+  while ((e = readdir(d)))
+    if (strncmp(e->d_name, r.digest, 64) == 0) quarantined++;
+  closedir(d);
+  assert_int_equal(quarantined, 1);
+  /* the record is dropped too: a second get is a plain miss */
+  assert_int_equal(kiln_cache_get(f->c, r.key, NULL, NULL, NULL), KILN_ENOTFOUND);
+}
+
+static void test_flipped_byte_is_never_served(void **state) {
+  corrupt_and_expect_miss(*state, 0);
+}
+
+static void test_truncated_blob_is_never_served(void **state) {
+  corrupt_and_expect_miss(*state, 1);
+}
+
+static void test_verify_reports_and_quarantines(void **state) {
+  fixture *f = *state;
+  kiln_record r;
+  kiln_verify_report rep;
+  char path[1024];
+  fill_record(&r, "v", "unit_c");
+  assert_int_equal(kiln_cache_put(f->c, &r, "verify-me", 9, NULL, 0), KILN_OK);
+  assert_int_equal(kiln_cache_verify(f->c, &rep), KILN_OK);
+  assert_int_equal(rep.bad, 0);
+  assert_int_equal(rep.checked, 1);
+  kiln_verify_report_free(&rep);
+  blob_path(path, sizeof path, f, r.digest);
+  chmod(path, 0644);
+  assert_int_equal(truncate(path, 2), 0);
+  assert_int_equal(kiln_cache_verify(f->c, &rep), KILN_OK);
+  assert_true(rep.bad >= 1);
+  assert_non_null(strstr(rep.issues[0].path, r.digest + 2));
+  kiln_verify_report_free(&rep);
+  assert_int_equal(kiln_cache_verify(f->c, &rep), KILN_OK);
+  assert_int_equal(rep.bad, 0);
+  kiln_verify_report_free(&rep);
+}
+
+static void test_failure_records_expire(void **state) {
+  fixture *f = *state;
+  char *log = NULL;
+  const char *key = "1111111111111111111111111111111111111111111111111111111111111111";
+  assert_int_equal(kiln_cache_put_failure(f->c, key, "u", "sm_90", "error: x", 600), KILN_OK);
+  assert_int_equal(kiln_cache_get_failure(f->c, key, &log), KILN_OK);
+  assert_string_equal(log, "error: x");
+  free(log);
+  assert_int_equal(kiln_cache_put_failure(f->c, key, "u", "sm_90", "error: x", -1), KILN_OK);
+  assert_int_equal(kiln_cache_get_failure(f->c, key, NULL), KILN_ENOTFOUND);
+}
+
+static void test_gc_evicts_lru_and_keeps_pins(void **state) {
+  fixture *f = *state;
+  kiln_record a, b, c;
+  kiln_gc_report rep;
+  char big[4096];
+  memset(big, 'a', sizeof big);
+  fill_record(&a, "gc-a", "u");
+  fill_record(&b, "gc-b", "u");
+  fill_record(&c, "gc-c", "u");
+  assert_int_equal(kiln_cache_put(f->c, &a, big, sizeof big, NULL, 0), KILN_OK);
+  big[0] = 'b';
+  assert_int_equal(kiln_cache_put(f->c, &b, big, sizeof big, NULL, 0), KILN_OK);
+  big[0] = 'c';
+  assert_int_equal(kiln_cache_put(f->c, &c, big, sizeof big, NULL, 0), KILN_OK);
+  assert_int_equal(kiln_cache_pin(f->c, a.key), KILN_OK);
+  assert_int_equal(kiln_cache_gc(f->c, 4096, &rep), KILN_OK);
+  assert_int_equal(rep.pinned_skipped, 1);
+  assert_int_equal(rep.removed_records, 2);
+  assert_int_equal(rep.remaining_bytes, 4096);
+  assert_int_equal(kiln_cache_get(f->c, a.key, NULL, NULL, NULL), KILN_OK);
+  assert_int_equal(kiln_cache_unpin(f->c, a.key), KILN_OK);
+  assert_int_equal(kiln_cache_gc(f->c, 0, &rep), KILN_OK);
+  assert_int_equal(rep.remaining_bytes, 0);
+  assert_int_equal(kiln_cache_get(f->c, a.key, NULL, NULL, NULL), KILN_ENOTFOUND);
+}
+
+static void test_rm_by_glob_and_read_only_layer(void **state) {
+  fixture *f = *state;
+  kiln_record a, b, got;
+  kiln_cache *layered = NULL;
+  kiln_cache_options o = KILN_CACHE_OPTIONS_INIT;
+  char primary2[400];
+  uint64_t removed = 0;
+  fill_record(&a, "rm-a", "softmax_x");
+  fill_record(&b, "rm-b", "layernorm");
+  assert_int_equal(kiln_cache_put(f->c, &a, "aa", 2, NULL, 0), KILN_OK);
+  assert_int_equal(kiln_cache_put(f->c, &b, "bb", 2, NULL, 0), KILN_OK);
+  /* the first cache, used as a read-only layer under a fresh primary */
+  snprintf(primary2, sizeof primary2, "%s/primary2", f->dir);
+  o.dir = primary2;
+  o.ro_path = f->cache_dir;
+  assert_int_equal(kiln_cache_open(&layered, &o), KILN_OK);
+  assert_int_equal(kiln_cache_get(layered, a.key, &got, NULL, NULL), KILN_OK);
+  assert_int_equal(got.layer, 1);
+  kiln_cache_close(layered);
+  assert_int_equal(kiln_cache_rm(f->c, "softmax_*", &removed), KILN_OK);
+  assert_int_equal(removed, 1);
+  assert_int_equal(kiln_cache_get(f->c, a.key, NULL, NULL, NULL), KILN_ENOTFOUND);
+  assert_int_equal(kiln_cache_get(f->c, b.key, NULL, NULL, NULL), KILN_OK);
+  assert_int_equal(kiln_cache_rm(f->c, b.key, &removed), KILN_OK);
+  assert_int_equal(removed, 1);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_created_0700_and_refuses_unsafe_dirs, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_put_get_round_trip, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_flipped_byte_is_never_served, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_truncated_blob_is_never_served, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_verify_reports_and_quarantines, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_failure_records_expire, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_gc_evicts_lru_and_keeps_pins, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_rm_by_glob_and_read_only_layer, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
