@@ -99,6 +99,11 @@ const char *kiln_param_cache_path(void) {
   return (v && *v) ? v : NULL;
 }
 
+const char *kiln_param_nvrtc_library(void) {
+  const char *v = getenv("KILN_NVRTC_LIBRARY");
+  return (v && *v) ? v : NULL;
+}
+
 kiln_status kiln_param_jobs(int *out) {
   return env_int(out, "KILN_JOBS", 1, 4096, 0);
 }

@@ -15,6 +15,8 @@ kiln_status kiln_param_log_level(kiln_log_level *out);
 kiln_status kiln_param_cache_dir(char *out, size_t cap);
 /* KILN_CACHE_PATH (colon-separated read-only layers) or NULL when unset. */
 const char *kiln_param_cache_path(void);
+/* KILN_NVRTC_LIBRARY: an explicit libnvrtc to load, or NULL. */
+const char *kiln_param_nvrtc_library(void);
 /* KILN_JOBS: positive integer, or 0 when unset. */
 kiln_status kiln_param_jobs(int *out);
 /* KILN_FAILURE_TTL: seconds a failed compile is remembered (default 600). */

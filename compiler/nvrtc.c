@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/logging.h"
+#include "common/params.h"
 #include "kiln/target.h"
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -51,7 +52,7 @@ static kiln_status fill(void *h) {
 static void load(void) {
   /* An explicit library wins; then the soname of the toolkit kiln was built
    * against, then the unversioned name, then the toolkit's own directory. */
-  const char *candidates[] = {getenv("KILN_NVRTC_LIBRARY"), "libnvrtc.so." KILN_NVRTC_SOVERSION,
+  const char *candidates[] = {kiln_param_nvrtc_library(), "libnvrtc.so." KILN_NVRTC_SOVERSION,
                               "libnvrtc.so", KILN_CUDA_LIBDIR "/libnvrtc.so"};
   char tried[384] = "";
   for (size_t i = 0; i < sizeof candidates / sizeof *candidates; i++) {
