@@ -115,3 +115,8 @@ kiln_status kiln_param_failure_ttl(int *out) {
 kiln_status kiln_param_test_compile_delay_ms(int *out) {
   return env_int(out, "KILN_TEST_COMPILE_DELAY_MS", 0, 3600 * 1000, 0);
 }
+
+const char *kiln_param_test_inject_compile_error(void) {
+  const char *v = getenv("KILN_TEST_INJECT_COMPILE_ERROR");
+  return (v && *v) ? v : NULL;
+}

@@ -24,6 +24,10 @@ kiln_status kiln_param_failure_ttl(int *out);
 /* KILN_TEST_COMPILE_DELAY_MS: test-only hook, sleeps before each compile. */
 kiln_status kiln_param_test_compile_delay_ms(int *out);
 
+/* KILN_TEST_INJECT_COMPILE_ERROR: test-only hook, a unit-name glob whose
+ * compiles fail with a real NVRTC error (or NULL). */
+const char *kiln_param_test_inject_compile_error(void);
+
 /* Parses a decimal integer in [lo, hi] (whole string). */
 kiln_status kiln_parse_int(long long *out, const char *s, long long lo, long long hi,
                            const char *what);

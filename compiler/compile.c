@@ -1,6 +1,7 @@
 /* One unit, one target: NVRTC with the unit's files as in-memory headers. */
 #include "compiler/compile.h"
 
+#include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,12 +90,29 @@ out:
   return rc;
 }
 
+/* The main file's text; under the test hook KILN_TEST_INJECT_COMPILE_ERROR a
+ * matching unit gets a line NVRTC rejects, so failure paths see a real log. */
+static kiln_status main_source(const kiln_unit_info *unit, char **out) {
+  const char *glob = kiln_param_test_inject_compile_error();
+  const char *bad = "";
+  size_t n = unit->main_file->size;
+  if (glob && fnmatch(glob, unit->name, 0) == 0)
+    bad = "kiln_injected_compile_error; /* KILN_TEST_INJECT_COMPILE_ERROR */\n";
+  *out = malloc(strlen(bad) + n + 1);
+  if (!*out) return kiln_fail(KILN_ENOMEM, "out of memory");
+  memcpy(*out, bad, strlen(bad));
+  memcpy(*out + strlen(bad), unit->main_file->data, n);
+  (*out)[strlen(bad) + n] = '\0';
+  return KILN_OK;
+}
+
 kiln_status kiln_compile_unit(kiln_artifact *out, const kiln_unit_info *unit,
                               const kiln_target *target, const char *options) {
   const kiln_nvrtc_api *api;
   const char *argv[MAX_OPTS], *hdr_src[MAX_FILES], *hdr_name[MAX_FILES];
   char opt_buf[1024], arch[32], tname[16], what[160];
   nvrtcProgram prog = NULL;
+  char *src = NULL;
   int argc = 0, nh = 0, delay = 0;
   double t0 = now_ms();
   nvrtcResult cr;
@@ -127,9 +145,8 @@ kiln_status kiln_compile_unit(kiln_artifact *out, const kiln_unit_info *unit,
     hdr_src[nh] = (const char *)f->data;
     hdr_name[nh++] = f->path;
   }
-  NVRTC_CHECK(api,
-              api->CreateProgram(&prog, (const char *)unit->main_file->data, unit->main_file->path,
-                                 nh, hdr_src, hdr_name),
+  KILN_CHECK(main_source(unit, &src));
+  NVRTC_CHECK(api, api->CreateProgram(&prog, src, unit->main_file->path, nh, hdr_src, hdr_name),
               what);
   cr = api->CompileProgram(prog, argc, argv);
   KILN_CHECK(fetch_log(api, prog, out));
@@ -146,6 +163,7 @@ kiln_status kiln_compile_unit(kiln_artifact *out, const kiln_unit_info *unit,
   out->ms = now_ms() - t0;
 out:
   if (prog) api->DestroyProgram(&prog);
+  free(src);
   return rc;
 }
 
