@@ -1,0 +1,81 @@
+/* kernels/softmax_launch.c: the variant and launch shape for (rows, cols). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "kernels/softmax_launch.h"
+#include "kiln/kernels.h"
+
+static void expect(long long rows, int cols, const char *variant, unsigned block,
+                   unsigned long long grid) {
+  kiln_softmax_launch l;
+  assert_int_equal(kiln_softmax_pick_launch(&l, rows, cols), 0);
+  assert_string_equal(l.variant, variant);
+  assert_int_equal(l.block, block);
+  assert_int_equal(l.grid, grid);
+}
+
+static void test_row_length_picks_the_smallest_variant_that_holds_it(void **state) {
+  (void)state;
+  expect(1, 1, "w1", 128, 1);
+  expect(8, 32, "w1", 128, 2);
+  expect(9, 33, "w2", 128, 3);
+  expect(4, 1000, "w32", 128, 1);
+  expect(4, 1024, "w32", 128, 1);
+  expect(3, 1025, "b4", 512, 3);
+  expect(3, 2048, "b4", 512, 3);
+  expect(3, 2049, "b8", 512, 3);
+  expect(3, 16384, "b32", 512, 3);
+  expect(3, 16385, "g", 512, 3);
+  expect(2, 1 << 30, "g", 512, 2);
+}
+
+static void test_grid_is_capped_for_huge_row_counts(void **state) {
+  (void)state;
+  kiln_softmax_launch l;
+  assert_int_equal(kiln_softmax_pick_launch(&l, 1LL << 40, 7), 0);
+  assert_int_equal(l.grid, KILN_SOFTMAX_GRID_MAX);
+}
+
+static void test_invalid_shapes_are_refused(void **state) {
+  (void)state;
+  kiln_softmax_launch l;
+  assert_int_equal(kiln_softmax_pick_launch(&l, 0, 8), -1);
+  assert_int_equal(kiln_softmax_pick_launch(&l, 8, 0), -1);
+  assert_int_equal(kiln_softmax_pick_launch(&l, -1, 8), -1);
+  assert_int_equal(kiln_softmax_pick_launch(NULL, 1, 1), -1);
+}
+
+/* Every variant the picker can return has an entry point in every unit. */
+static void test_picked_variants_exist_in_every_unit(void **state) {
+  (void)state;
+  static const int cols[] = {1, 33, 65, 129, 257, 513, 1025, 2049, 4097, 8193, 16385};
+  for (size_t u = 0; u < kiln_unit_count(); u++) {
+    const kiln_unit_info *unit = kiln_unit_at(u);
+    for (size_t i = 0; i < sizeof cols / sizeof *cols; i++) {
+      kiln_softmax_launch l;
+      char want[160];
+      int found = 0;
+      assert_int_equal(kiln_softmax_pick_launch(&l, 1, cols[i]), 0);
+      snprintf(want, sizeof want, "kiln_%s_fwd_bf16_%s", unit->name, l.variant);
+      for (size_t e = 0; e < unit->n_entries; e++) found |= strcmp(unit->entries[e].name, want) == 0;
+      assert_true(found);
+    }
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_row_length_picks_the_smallest_variant_that_holds_it),
+      cmocka_unit_test(test_grid_is_capped_for_huge_row_counts),
+      cmocka_unit_test(test_invalid_shapes_are_refused),
+      cmocka_unit_test(test_picked_variants_exist_in_every_unit),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
