@@ -203,6 +203,8 @@ kiln_status kiln_build(kiln_build_summary **out, kiln_cache *cache, const kiln_b
     rc = kiln_fail(KILN_ENOMEM, "out of memory");
     goto out;
   }
+  jobs = o->jobs;
+  if (jobs <= 0) KILN_CHECK(kiln_param_jobs(&jobs));
   KILN_CHECK(kiln_toolchain_id(b.toolchain));
   KILN_CHECK(kiln_param_failure_ttl(&b.failure_ttl));
   KILN_CHECK(make_plan(s, o));
@@ -216,8 +218,6 @@ kiln_status kiln_build(kiln_build_summary **out, kiln_cache *cache, const kiln_b
     goto out;
   }
   for (size_t i = 0; i < s->n_items; i++) KILN_CHECK(settle(&b, i));
-  jobs = o->jobs;
-  if (jobs <= 0) KILN_CHECK(kiln_param_jobs(&jobs));
   KILN_CHECK(kiln_pool_run(b.n_todo, jobs, compile_task, &b));
   summarise(s);
   s->wall_ms = now_ms() - t0;

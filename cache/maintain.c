@@ -75,11 +75,18 @@ static kiln_status query_u64(sqlite3 *db, const char *sql, int64_t arg, uint64_t
   return r == SQLITE_ROW ? KILN_OK : kiln_sql_fail(db, r, "count");
 }
 
-static kiln_status list_layer(sqlite3 *db, int layer, kiln_record **v, size_t *n, size_t *cap) {
+#define BY_NAME "unit, target"
+#define BY_LRU "last_used, created"
+
+/* Appends the records of one layer, ordered by `order` (BY_NAME or BY_LRU). */
+static kiln_status list_layer(sqlite3 *db, int layer, const char *order, kiln_record **v,
+                              size_t *n, size_t *cap) {
+  char sql[256];
   sqlite3_stmt *st = NULL;
   kiln_status rc = KILN_OK;
-  int r = sqlite3_prepare_v2(db, "SELECT " KILN_RECORD_COLUMNS " FROM records ORDER BY unit, target",
-                             -1, &st, NULL);
+  int r;
+  snprintf(sql, sizeof sql, "SELECT " KILN_RECORD_COLUMNS " FROM records ORDER BY %s", order);
+  r = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
   if (r != SQLITE_OK) return kiln_sql_fail(db, r, "list records");
   while ((r = sqlite3_step(st)) == SQLITE_ROW) {
     if (*n == *cap) {
@@ -102,9 +109,9 @@ static kiln_status list_layer(sqlite3 *db, int layer, kiln_record **v, size_t *n
 kiln_status kiln_cache_list(kiln_cache *c, kiln_record **out, size_t *n) {
   kiln_record *v = NULL;
   size_t cnt = 0, cap = 0;
-  kiln_status rc = list_layer(c->primary.db, 0, &v, &cnt, &cap);
+  kiln_status rc = list_layer(c->primary.db, 0, BY_NAME, &v, &cnt, &cap);
   for (size_t i = 0; rc == KILN_OK && i < c->n_layers; i++)
-    rc = list_layer(c->layers[i].db, (int)i + 1, &v, &cnt, &cap);
+    rc = list_layer(c->layers[i].db, (int)i + 1, BY_NAME, &v, &cnt, &cap);
   if (rc != KILN_OK) {
     free(v);
     return rc;
@@ -181,7 +188,7 @@ static void verify_blob(const char *path, const char *digest, const struct stat 
 static void verify_records(verify_ctx *v) {
   kiln_record *recs = NULL;
   size_t n = 0;
-  if (list_layer(v->c->primary.db, 0, &recs, &n, &(size_t){0}) != KILN_OK) {
+  if (list_layer(v->c->primary.db, 0, BY_NAME, &recs, &n, &(size_t){0}) != KILN_OK) {
     v->rc = KILN_EDB;
     return;
   }
@@ -297,16 +304,16 @@ static int referenced(sqlite3 *db, const char *digest) {
   return found;
 }
 
-/* Deletes blobs no record references (older than the grace period unless
- * all is set); returns bytes freed. */
-static uint64_t drop_orphans(kiln_cache *c, int all, uint64_t *removed) {
+/* Deletes blobs no record references and older than the grace period: a
+ * younger one may be a put whose record is on its way. Returns bytes freed. */
+static uint64_t drop_orphans(kiln_cache *c, uint64_t *removed) {
   blob_list b = {0};
   uint64_t freed = 0;
   int64_t now = kiln_now_s();
   walk_cas(c, collect_blob, &b);
   for (size_t i = 0; i < b.n; i++) {
     char path[KILN_PATH_MAX];
-    if (!all && now - b.mtime[i] < ORPHAN_GRACE_S) continue;
+    if (now - b.mtime[i] < ORPHAN_GRACE_S) continue;
     if (referenced(c->primary.db, b.digest[i])) continue;
     if (kiln_blob_path(path, sizeof path, c->primary.dir, b.digest[i]) == KILN_OK &&
         unlink(path) == 0) {
@@ -318,6 +325,37 @@ static uint64_t drop_orphans(kiln_cache *c, int all, uint64_t *removed) {
   return freed;
 }
 
+/* Deletes a blob the index no longer references; adds what it freed. */
+static void drop_unreferenced(kiln_cache *c, const char *digest, uint64_t *freed,
+                              uint64_t *removed) {
+  char path[KILN_PATH_MAX];
+  struct stat st;
+  if (!digest[0] || referenced(c->primary.db, digest)) return;
+  if (kiln_blob_path(path, sizeof path, c->primary.dir, digest) != KILN_OK) return;
+  if (stat(path, &st) != 0 || unlink(path) != 0) return;
+  *freed += (uint64_t)st.st_size;
+  (*removed)++;
+}
+
+/* Deletes a record, then its artifact and log blobs unless another record
+ * shares them. */
+static kiln_status remove_record(kiln_cache *c, const kiln_record *rec, uint64_t *freed,
+                                 uint64_t *removed_blobs) {
+  sqlite3_stmt *st = NULL;
+  int r = sqlite3_prepare_v2(c->primary.db, "DELETE FROM records WHERE key = ?1", -1, &st, NULL);
+  if (r == SQLITE_OK) {
+    sqlite3_bind_text(st, 1, rec->key, -1, SQLITE_STATIC);
+    r = sqlite3_step(st);
+  }
+  sqlite3_finalize(st);
+  if (r != SQLITE_DONE) return kiln_sql_fail(c->primary.db, r, "delete record");
+  drop_unreferenced(c, rec->digest, freed, removed_blobs);
+  drop_unreferenced(c, rec->log_digest, freed, removed_blobs);
+  return KILN_OK;
+}
+
+/* A pin from a live process on this host, or a recent one from another host
+ * (whose pid cannot be checked from here). */
 static int pinned(kiln_cache *c, const char *key) {
   char host[256];
   sqlite3_stmt *st = NULL;
@@ -331,21 +369,10 @@ static int pinned(kiln_cache *c, const char *key) {
     const char *h = (const char *)sqlite3_column_text(st, 0);
     pid_t pid = (pid_t)sqlite3_column_int64(st, 1);
     if (h && strcmp(h, host) == 0) live = kill(pid, 0) == 0 || errno != ESRCH;
-    else live = kiln_now_s() - sqlite3_column_int64(st, 2) < 24 * 3600; /* cannot check: trust a day */
+    else live = kiln_now_s() - sqlite3_column_int64(st, 2) < 24 * 3600;
   }
   sqlite3_finalize(st);
   return live;
-}
-
-static kiln_status delete_record(kiln_cache *c, const char *key) {
-  sqlite3_stmt *st = NULL;
-  int r = sqlite3_prepare_v2(c->primary.db, "DELETE FROM records WHERE key = ?1", -1, &st, NULL);
-  if (r == SQLITE_OK) {
-    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-    r = sqlite3_step(st);
-  }
-  sqlite3_finalize(st);
-  return r == SQLITE_DONE ? KILN_OK : kiln_sql_fail(c->primary.db, r, "delete record");
 }
 
 kiln_status kiln_cache_gc(kiln_cache *c, uint64_t max_bytes, kiln_gc_report *out) {
@@ -355,38 +382,22 @@ kiln_status kiln_cache_gc(kiln_cache *c, uint64_t max_bytes, kiln_gc_report *out
   uint64_t total;
   kiln_status rc;
   memset(out, 0, sizeof *out);
-  out->freed_bytes = drop_orphans(c, 0, &out->removed_blobs);
+  out->freed_bytes = drop_orphans(c, &out->removed_blobs);
   KILN_CHECK(walk_cas(c, collect_blob, &b));
   total = b.total;
-  KILN_CHECK(list_layer(c->primary.db, 0, &recs, &n, &cap));
-  /* list_layer orders by unit; gc wants least recently used first. */
-  for (size_t i = 1; i < n; i++) {
-    kiln_record t = recs[i];
-    size_t j = i;
-    for (; j > 0 && recs[j - 1].last_used > t.last_used; j--) recs[j] = recs[j - 1];
-    recs[j] = t;
-  }
+  KILN_CHECK(list_layer(c->primary.db, 0, BY_LRU, &recs, &n, &cap));
   for (size_t i = 0; i < n && total > max_bytes; i++) {
-    char path[KILN_PATH_MAX];
+    uint64_t freed = 0;
     if (pinned(c, recs[i].key)) {
       out->pinned_skipped++;
       continue;
     }
-    KILN_CHECK(delete_record(c, recs[i].key));
+    KILN_CHECK(remove_record(c, &recs[i], &freed, &out->removed_blobs));
     out->removed_records++;
-    if (referenced(c->primary.db, recs[i].digest)) continue;
-    if (kiln_blob_path(path, sizeof path, c->primary.dir, recs[i].digest) == KILN_OK &&
-        unlink(path) == 0) {
-      total -= recs[i].size <= total ? recs[i].size : total;
-      out->freed_bytes += recs[i].size;
-      out->removed_blobs++;
-    }
+    out->freed_bytes += freed;
+    total -= freed <= total ? freed : total;
   }
-  out->freed_bytes += drop_orphans(c, 1, &out->removed_blobs);
-  blob_list_free(&b);
-  memset(&b, 0, sizeof b);
-  KILN_CHECK(walk_cas(c, collect_blob, &b));
-  out->remaining_bytes = b.total;
+  out->remaining_bytes = total;
 out:
   blob_list_free(&b);
   free(recs);
@@ -396,16 +407,16 @@ out:
 kiln_status kiln_cache_rm(kiln_cache *c, const char *pattern, uint64_t *removed) {
   kiln_record *recs = NULL;
   size_t n = 0, cap = 0;
+  uint64_t freed = 0, blobs = 0;
   kiln_status rc;
   *removed = 0;
-  KILN_CHECK(list_layer(c->primary.db, 0, &recs, &n, &cap));
+  KILN_CHECK(list_layer(c->primary.db, 0, BY_NAME, &recs, &n, &cap));
   for (size_t i = 0; i < n; i++) {
     if (pattern && strcmp(pattern, recs[i].key) != 0 && fnmatch(pattern, recs[i].unit, 0) != 0)
       continue;
-    KILN_CHECK(delete_record(c, recs[i].key));
+    KILN_CHECK(remove_record(c, &recs[i], &freed, &blobs));
     (*removed)++;
   }
-  drop_orphans(c, 1, NULL);
 out:
   free(recs);
   return rc;

@@ -1,4 +1,5 @@
 /* kiln build: compile every selected unit for every target into the cache. */
+#include <fnmatch.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,18 +84,27 @@ static json_t *summary_json(const kiln_build_summary *s, kiln_cache *cache) {
   return o;
 }
 
-static void print_summary(const kiln_build_summary *s, kiln_cache *cache) {
-  char size[32];
+static void print_failures(const kiln_build_summary *s) {
   for (size_t i = 0; i < s->n_items; i++) {
     const kiln_build_item *it = &s->items[i];
     if (it->outcome != KILN_BUILD_FAILED) continue;
     fprintf(stderr, "kiln build: FAILED %s %s: %s\n", it->unit->name, it->target_name, it->error);
     if (it->log_tail && *it->log_tail) fprintf(stderr, "  log tail:\n%s\n", it->log_tail);
   }
+}
+
+static void print_summary(const kiln_build_summary *s, kiln_cache *cache) {
+  char size[32];
   printf("kiln build: %zu targets, %zu cache hits, %zu built, %zu failed, %s, %.1f s\n",
          s->targets, s->hits, s->built, s->failed, cli_human_size(size, s->bytes),
          s->wall_ms / 1000.0);
   printf("cache: %s\n", kiln_cache_dir(cache));
+}
+
+static int matches_a_unit(const char *glob) {
+  for (size_t i = 0; i < kiln_unit_count(); i++)
+    if (fnmatch(glob, kiln_unit_at(i)->name, 0) == 0) return 1;
+  return 0;
 }
 
 int cmd_build(int argc, char **argv) {
@@ -137,6 +147,17 @@ int cmd_build(int argc, char **argv) {
     rc = cli_error("build", st);
     goto out;
   }
+  if (glob && !matches_a_unit(glob)) {
+    char names[1024] = "";
+    size_t len = 0;
+    for (size_t i = 0; i < kiln_unit_count(); i++) {
+      int w = snprintf(names + len, sizeof names - len, "%s%s", i ? ", " : "", kiln_unit_at(i)->name);
+      if (w < 0 || (size_t)w >= sizeof names - len) break;
+      len += (size_t)w;
+    }
+    rc = cli_usage_error("build", "--kernels '%s' matches no unit; units are: %s", glob, names);
+    goto out;
+  }
   if ((st = cli_open_cache(&cache, dir, 1)) != KILN_OK) {
     rc = cli_error("build", st);
     goto out;
@@ -150,6 +171,7 @@ int cmd_build(int argc, char **argv) {
     rc = cli_error("build", st);
     goto out;
   }
+  print_failures(s);
   if (ps.json) cli_print_json(summary_json(s, cache));
   else print_summary(s, cache);
   rc = s->failed ? EXIT_FAIL : EXIT_OK;

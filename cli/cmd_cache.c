@@ -30,6 +30,7 @@ static const char *usage =
 typedef struct cache_args {
   const char *dir;
   const char *max_size;
+  uint64_t max_bytes;
   int json, all;
   const char *pattern;
 } cache_args;
@@ -111,16 +112,12 @@ static int do_verify(kiln_cache *c, const cache_args *a) {
   return rc;
 }
 
-static int do_gc(kiln_cache *c, const cache_args *a) {
-  unsigned long long max = 0;
-  kiln_gc_report r;
-  char freed[32], left[32];
-  kiln_status st;
-  if (!a->max_size) return cli_usage_error("cache gc", "--max-size SIZE is required (e.g. 2G)");
-  {
-    /* Parse here so a bad size is a usage error naming the flag. */
+/* Usage checks that need no cache, so they are answered before opening one. */
+static int check_args(const char *verb, cache_args *a) {
+  if (strcmp(verb, "gc") == 0) {
     char *end = NULL;
     double v;
+    if (!a->max_size) return cli_usage_error("cache gc", "--max-size SIZE is required (e.g. 2G)");
     errno = 0;
     v = strtod(a->max_size, &end);
     if (errno || end == a->max_size || v < 0) goto bad;
@@ -135,9 +132,28 @@ static int do_gc(kiln_cache *c, const cache_args *a) {
     if (*end == 'i') end++;
     if (*end == 'B') end++;
     if (*end) goto bad;
-    max = (unsigned long long)v;
+    a->max_bytes = (uint64_t)v;
+  } else if (a->max_size) {
+    return cli_usage_error("cache", "--max-size is for 'kiln cache gc'");
   }
-  st = kiln_cache_gc(c, max, &r);
+  if (strcmp(verb, "rm") == 0) {
+    if (!a->all && !a->pattern) return cli_usage_error("cache rm", "name a KEY or unit GLOB, or --all");
+    if (a->all && a->pattern) return cli_usage_error("cache rm", "give a pattern or --all, not both");
+  } else if (a->all) {
+    return cli_usage_error("cache", "--all is for 'kiln cache rm'");
+  }
+  if (a->pattern && strcmp(verb, "rm") != 0)
+    return cli_usage_error("cache", "'%s' takes no argument '%s'", verb, a->pattern);
+  return EXIT_OK;
+bad:
+  return cli_usage_error("cache gc", "--max-size '%s' is not a size (e.g. 500M, 2G, 1048576)",
+                         a->max_size);
+}
+
+static int do_gc(kiln_cache *c, const cache_args *a) {
+  kiln_gc_report r;
+  char freed[32], left[32];
+  kiln_status st = kiln_cache_gc(c, a->max_bytes, &r);
   if (st != KILN_OK) return cli_error("cache gc", st);
   if (a->json) {
     json_t *o = json_object();
@@ -154,17 +170,11 @@ static int do_gc(kiln_cache *c, const cache_args *a) {
            (unsigned long long)r.pinned_skipped);
   }
   return EXIT_OK;
-bad:
-  return cli_usage_error("cache gc", "--max-size '%s' is not a size (e.g. 500M, 2G, 1048576)",
-                         a->max_size);
 }
 
 static int do_rm(kiln_cache *c, const cache_args *a) {
   uint64_t removed = 0;
-  kiln_status st;
-  if (!a->all && !a->pattern)
-    return cli_usage_error("cache rm", "name a KEY or unit GLOB, or --all");
-  st = kiln_cache_rm(c, a->all ? NULL : a->pattern, &removed);
+  kiln_status st = kiln_cache_rm(c, a->all ? NULL : a->pattern, &removed);
   if (st != KILN_OK) return cli_error("cache rm", st);
   if (a->json) {
     json_t *o = json_object();
@@ -208,10 +218,9 @@ int cmd_cache(int argc, char **argv) {
   }
   if (optind < argc - 1) a.pattern = argv[1 + optind++];
   if (optind < argc - 1) return cli_usage_error("cache", "unexpected argument '%s'", argv[1 + optind]);
-  if (a.pattern && strcmp(verb, "rm") != 0)
-    return cli_usage_error("cache", "'%s' takes no argument '%s'", verb, a.pattern);
   for (size_t i = 0; i < sizeof verbs / sizeof *verbs; i++) {
     if (strcmp(verb, verbs[i].name) != 0) continue;
+    if ((rc = check_args(verb, &a)) != EXIT_OK) return rc;
     if ((st = cli_open_cache(&c, a.dir, 0)) != KILN_OK) return cli_error("cache", st);
     rc = verbs[i].fn(c, &a);
     kiln_cache_close(c);
