@@ -31,7 +31,7 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static const char *summary_of(const char *name) {
   if (strcmp(name, "scaled_softmax") == 0) return "y = softmax(scale * x) over the last dimension";
   if (strcmp(name, "scaled_masked_softmax") == 0)
-    return "softmax(scale * x) with a uint8 mask (1 = masked) broadcast over heads";
+    return "softmax(scale * x) with a uint8 mask (nonzero = masked) broadcast over heads";
   if (strcmp(name, "scaled_upper_triang_masked_softmax") == 0)
     return "causal softmax(scale * x): element j > i masked";
   return "";

@@ -38,19 +38,16 @@ int kiln_softmax_pick_launch(kiln_softmax_launch *out, long long rows, int cols)
   const softmax_variant *v = NULL;
   unsigned long long grid;
 
-  if (!out || rows < 1 || cols < 1)
-    return -1;
+  if (!out || rows < 1 || cols < 1) return -1;
   for (size_t i = 0; i < n && !v; ++i)
-    if (k_variants[i].max_cols == 0 || cols <= k_variants[i].max_cols)
-      v = &k_variants[i];
+    if (k_variants[i].max_cols == 0 || cols <= k_variants[i].max_cols) v = &k_variants[i];
   if (!v) /* unreachable while the table ends with g; keeps a bad edit loud */
     return -1;
 
   /* ceil(rows / rows_per_block) without overflowing near LLONG_MAX */
   grid = (unsigned long long)rows / v->rows_per_block +
          ((unsigned long long)rows % v->rows_per_block != 0);
-  if (grid > KILN_SOFTMAX_GRID_MAX)
-    grid = KILN_SOFTMAX_GRID_MAX;
+  if (grid > KILN_SOFTMAX_GRID_MAX) grid = KILN_SOFTMAX_GRID_MAX;
 
   memset(out->variant, 0, sizeof(out->variant));
   memcpy(out->variant, v->name, strlen(v->name)); /* fits: checked at compile time */

@@ -123,24 +123,20 @@ __device__ __forceinline__ float kiln_warp_sum(float v) {
  * of this call's result. Two reductions in a row therefore use two buffers,
  * and a loop that does one reduction per iteration alternates two buffers.
  */
-template <int kThreads>
-__device__ __forceinline__ float kiln_block_max(float v, float *buf) {
+template <int kThreads> __device__ __forceinline__ float kiln_block_max(float v, float *buf) {
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "block size");
   const int lane = threadIdx.x & 31;
   v = kiln_warp_max(v);
-  if (lane == 0)
-    buf[threadIdx.x >> 5] = v;
+  if (lane == 0) buf[threadIdx.x >> 5] = v;
   __syncthreads();
   return kiln_warp_max(lane < kThreads / 32 ? buf[lane] : kiln_neg_inf());
 }
 
-template <int kThreads>
-__device__ __forceinline__ float kiln_block_sum(float v, float *buf) {
+template <int kThreads> __device__ __forceinline__ float kiln_block_sum(float v, float *buf) {
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "block size");
   const int lane = threadIdx.x & 31;
   v = kiln_warp_sum(v);
-  if (lane == 0)
-    buf[threadIdx.x >> 5] = v;
+  if (lane == 0) buf[threadIdx.x >> 5] = v;
   __syncthreads();
   return kiln_warp_sum(lane < kThreads / 32 ? buf[lane] : 0.f);
 }

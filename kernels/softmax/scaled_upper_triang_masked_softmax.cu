@@ -1,7 +1,13 @@
-/* scaled_upper_triang_masked_softmax.cu — unit: y = softmax(scale * x) over the last dim, causal: column j of row r takes part iff j <= r % sq,
- * and its backward. Semantics and entry signatures: docs/kernels.md.
- * Entry points: kiln_scaled_upper_triang_masked_softmax_{fwd,bwd}_<dt>_<v> for every dtype and variant
- * in softmax_variants.def.
+/* scaled_upper_triang_masked_softmax.cu — unit: causal softmax. x is
+ * [attn_batches, sq, sk]; in row r (query i = r % sq) column j takes part iff
+ * j <= i (top-left aligned; Megatron's semantics when sq == sk). Backward
+ * dx = scale * y * (dy - sum(dy * y)) over j <= i, and dx = 0 for j > i
+ * without reading the upper triangle.
+ *
+ * Entry points: kiln_scaled_upper_triang_masked_softmax_{fwd,bwd}_<dt>_<v>
+ * for every dtype and variant of softmax_variants.def; signatures and
+ * semantics in docs/kernels.md. The forward ignores mask, heads and
+ * mask_batches.
  */
 #include "common/kiln_types.cuh"
 #include "softmax/softmax_core.cuh"

@@ -71,8 +71,7 @@ __device__ __forceinline__ kiln_softmax_row kiln_softmax_row_at(kiln_i64 row, in
   if (kUnit == KILN_SOFTMAX_CAUSAL) {
     kiln_i64 q, i;
     kiln_divmod64(row, sq, &q, &i);
-    if (i < cols)
-      r.lim = (int)i + 1;
+    if (i < cols) r.lim = (int)i + 1;
   } else if (kUnit == KILN_SOFTMAX_MASKED) {
     kiln_i64 batch, in_batch, h, i;
     kiln_divmod64(row, (kiln_i64)heads * sq, &batch, &in_batch);
@@ -87,19 +86,16 @@ template <int kUnit, typename T>
 __device__ __forceinline__ float kiln_softmax_load(const T *x, const kiln_softmax_row &r,
                                                    kiln_i64 col, float c) {
   float t = kiln_load_f32(x + r.off + col) * c;
-  if (kUnit == KILN_SOFTMAX_MASKED && r.mask[col] != 0)
-    t = kiln_neg_inf();
+  if (kUnit == KILN_SOFTMAX_MASKED && r.mask[col] != 0) t = kiln_neg_inf();
   return t;
 }
 
 /* Reductions over the threads that share a row: one warp or the block.
  * red: 32 floats of shared memory (unused for a warp). */
-template <int kWidth>
-__device__ __forceinline__ float kiln_softmax_row_max(float v, float *red) {
+template <int kWidth> __device__ __forceinline__ float kiln_softmax_row_max(float v, float *red) {
   return kWidth == 32 ? kiln_warp_max(v) : kiln_block_max<kWidth>(v, red);
 }
-template <int kWidth>
-__device__ __forceinline__ float kiln_softmax_row_sum(float v, float *red) {
+template <int kWidth> __device__ __forceinline__ float kiln_softmax_row_sum(float v, float *red) {
   return kWidth == 32 ? kiln_warp_sum(v) : kiln_block_sum<kWidth>(v, red);
 }
 
@@ -133,13 +129,12 @@ __device__ __forceinline__ void kiln_softmax_fwd_regs(T *y, const T *x, const ki
     v[k] = part ? kiln_exp2f(v[k] - m) : 0.f;
     s += v[k];
   }
-  s = kiln_softmax_row_sum<kWidth>(s, red + 32);
+  s = kiln_softmax_row_sum<kWidth>(s, kWidth == 32 ? red : red + 32); /* red is null for a warp */
   const float inv = 1.f / s; /* s >= 1 if anything takes part, else unused */
 #pragma unroll
   for (int k = 0; k < E; ++k) {
     const int col = k * kWidth + tid;
-    if (col < cols)
-      kiln_store_f32(y + r.off + col, (in >> k) & 1u ? v[k] * inv : 0.f);
+    if (col < cols) kiln_store_f32(y + r.off + col, (in >> k) & 1u ? v[k] * inv : 0.f);
   }
 }
 
@@ -176,8 +171,7 @@ __device__ __forceinline__ void kiln_softmax_bwd_regs(T *dx, const T *y, const T
  * causal unit still uses its limit so it neither reads nor computes the
  * upper triangle, and writes dx = 0 there. */
 
-template <int kUnit>
-struct kiln_softmax_bwd_unit {
+template <int kUnit> struct kiln_softmax_bwd_unit {
   enum { value = kUnit == KILN_SOFTMAX_CAUSAL ? KILN_SOFTMAX_CAUSAL : KILN_SOFTMAX_PLAIN };
 };
 
@@ -189,8 +183,7 @@ __device__ __forceinline__ void kiln_softmax_fwd_w(T *y, const T *x, const kiln_
   const float c = scale * KILN_LOG2E;
   for (kiln_i64 row = (kiln_i64)blockIdx.x * warps + (threadIdx.x >> 5); row < rows;
        row += (kiln_i64)gridDim.x * warps) {
-    const kiln_softmax_row r =
-        kiln_softmax_row_at<kUnit>(row, cols, mask, sq, heads, mask_batches);
+    const kiln_softmax_row r = kiln_softmax_row_at<kUnit>(row, cols, mask, sq, heads, mask_batches);
     kiln_softmax_fwd_regs<kUnit, E, 32>(y, x, r, cols, c, threadIdx.x & 31, (float *)0);
   }
 }
@@ -214,8 +207,7 @@ __device__ __forceinline__ void kiln_softmax_fwd_b(T *y, const T *x, const kiln_
   __shared__ float red[64];
   const float c = scale * KILN_LOG2E;
   for (kiln_i64 row = blockIdx.x; row < rows; row += gridDim.x) {
-    const kiln_softmax_row r =
-        kiln_softmax_row_at<kUnit>(row, cols, mask, sq, heads, mask_batches);
+    const kiln_softmax_row r = kiln_softmax_row_at<kUnit>(row, cols, mask, sq, heads, mask_batches);
     kiln_softmax_fwd_regs<kUnit, E, kThreads>(y, x, r, cols, c, threadIdx.x, red);
   }
 }
@@ -245,8 +237,7 @@ __device__ __forceinline__ void kiln_softmax_fwd_g(T *y, const T *x, const kiln_
   __shared__ float red[64];
   const float c = scale * KILN_LOG2E;
   for (kiln_i64 row = blockIdx.x; row < rows; row += gridDim.x) {
-    const kiln_softmax_row r =
-        kiln_softmax_row_at<kUnit>(row, cols, mask, sq, heads, mask_batches);
+    const kiln_softmax_row r = kiln_softmax_row_at<kUnit>(row, cols, mask, sq, heads, mask_batches);
     float m = kiln_neg_inf(), s = 0.f;
     for (kiln_i64 base = threadIdx.x; base < r.lim; base += kThreads * U) {
       float v[U];
@@ -348,27 +339,27 @@ enum { KILN_SOFTMAX_UNITS(KILN_SOFTMAX_UNIT_ID_, ~) kiln_softmax_unit_count };
 #define KILN_SOFTMAX_NAME_(unit, dir, dt, v) kiln_##unit##_##dir##_##dt##_##v
 #define KILN_SOFTMAX_NAME(unit, dir, dt, v) KILN_SOFTMAX_NAME_(unit, dir, dt, v)
 
-#define KILN_SOFTMAX_ENTRY_PAIR_(dt, v, kind, elems, threads)                                     \
-  extern "C" __global__ void __launch_bounds__(threads)                                           \
-      KILN_SOFTMAX_NAME(KILN_SOFTMAX_THIS_UNIT, fwd, dt, v)(                                      \
-          kiln_softmax_ctype_##dt * y, const kiln_softmax_ctype_##dt *x, const kiln_u8 *mask,     \
-          float scale, long long rows, int cols, int sq, int heads, int mask_batches) {           \
+#define KILN_SOFTMAX_ENTRY_PAIR_(dt, v, kind, elems, threads)                                      \
+  extern "C" __global__ void __launch_bounds__(threads)                                            \
+      KILN_SOFTMAX_NAME(KILN_SOFTMAX_THIS_UNIT, fwd, dt, v)(                                       \
+          kiln_softmax_ctype_##dt * y, const kiln_softmax_ctype_##dt *x, const kiln_u8 *mask,      \
+          float scale, long long rows, int cols, int sq, int heads, int mask_batches) {            \
     kiln_softmax_fwd_##kind<KILN_SOFTMAX_THIS_KIND, elems, threads>(y, x, mask, scale, rows, cols, \
-                                                                    sq, heads, mask_batches);     \
-  }                                                                                               \
-  extern "C" __global__ void __launch_bounds__(threads)                                           \
-      KILN_SOFTMAX_NAME(KILN_SOFTMAX_THIS_UNIT, bwd, dt, v)(                                      \
-          kiln_softmax_ctype_##dt * dx, const kiln_softmax_ctype_##dt *y,                         \
-          const kiln_softmax_ctype_##dt *dy, float scale, long long rows, int cols, int sq) {     \
+                                                                    sq, heads, mask_batches);      \
+  }                                                                                                \
+  extern "C" __global__ void __launch_bounds__(threads)                                            \
+      KILN_SOFTMAX_NAME(KILN_SOFTMAX_THIS_UNIT, bwd, dt, v)(                                       \
+          kiln_softmax_ctype_##dt * dx, const kiln_softmax_ctype_##dt *y,                          \
+          const kiln_softmax_ctype_##dt *dy, float scale, long long rows, int cols, int sq) {      \
     kiln_softmax_bwd_##kind<KILN_SOFTMAX_THIS_KIND, elems, threads>(dx, y, dy, scale, rows, cols,  \
-                                                                    sq);                          \
+                                                                    sq);                           \
   }
 
 #define KILN_SOFTMAX_ENTRY_DTYPE_(a, dt, ctype) KILN_SOFTMAX_VARIANTS(KILN_SOFTMAX_ENTRY_PAIR_, dt)
 
 #define KILN_SOFTMAX_DEFINE_ENTRY_POINTS()                                                         \
-  static_assert(KILN_SOFTMAX_PASTE(kiln_softmax_unit_id_, KILN_SOFTMAX_THIS_UNIT) >= 0,        \
-                "unit missing from softmax_variants.def");                                        \
+  static_assert(KILN_SOFTMAX_PASTE(kiln_softmax_unit_id_, KILN_SOFTMAX_THIS_UNIT) >= 0,            \
+                "unit missing from softmax_variants.def");                                         \
   KILN_SOFTMAX_DTYPES(KILN_SOFTMAX_ENTRY_DTYPE_, ~)
 
 #endif /* KILN_SOFTMAX_CORE_CUH */
