@@ -1,5 +1,4 @@
 /* kiln cache ls|stats|verify|gc|rm: inspect and maintain the cache. */
-#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,24 +114,11 @@ static int do_verify(kiln_cache *c, const cache_args *a) {
 /* Usage checks that need no cache, so they are answered before opening one. */
 static int check_args(const char *verb, cache_args *a) {
   if (strcmp(verb, "gc") == 0) {
-    char *end = NULL;
-    double v;
+    unsigned long long max = 0;
     if (!a->max_size) return cli_usage_error("cache gc", "--max-size SIZE is required (e.g. 2G)");
-    errno = 0;
-    v = strtod(a->max_size, &end);
-    if (errno || end == a->max_size || v < 0) goto bad;
-    switch (*end) {
-    case '\0': break;
-    case 'k': case 'K': v *= 1024.0; end++; break;
-    case 'm': case 'M': v *= 1024.0 * 1024; end++; break;
-    case 'g': case 'G': v *= 1024.0 * 1024 * 1024; end++; break;
-    case 't': case 'T': v *= 1024.0 * 1024 * 1024 * 1024; end++; break;
-    default: goto bad;
-    }
-    if (*end == 'i') end++;
-    if (*end == 'B') end++;
-    if (*end) goto bad;
-    a->max_bytes = (uint64_t)v;
+    if (kiln_parse_size(&max, a->max_size, "--max-size") != KILN_OK)
+      return cli_usage_error("cache gc", "%s", kiln_last_error());
+    a->max_bytes = max;
   } else if (a->max_size) {
     return cli_usage_error("cache", "--max-size is for 'kiln cache gc'");
   }
@@ -145,9 +131,6 @@ static int check_args(const char *verb, cache_args *a) {
   if (a->pattern && strcmp(verb, "rm") != 0)
     return cli_usage_error("cache", "'%s' takes no argument '%s'", verb, a->pattern);
   return EXIT_OK;
-bad:
-  return cli_usage_error("cache gc", "--max-size '%s' is not a size (e.g. 500M, 2G, 1048576)",
-                         a->max_size);
 }
 
 static int do_gc(kiln_cache *c, const cache_args *a) {

@@ -23,7 +23,7 @@ kiln_status kiln_parse_int(long long *out, const char *s, long long lo, long lon
   return KILN_OK;
 }
 
-kiln_status kiln_parse_size(unsigned long long *out, const char *s, const char *what) {
+KILN_API kiln_status kiln_parse_size(unsigned long long *out, const char *s, const char *what) {
   char *end = NULL;
   unsigned long long v, mult = 1;
   if (!s || !*s || *s == '-')

@@ -31,7 +31,7 @@ const char *kiln_param_test_inject_compile_error(void);
 /* Parses a decimal integer in [lo, hi] (whole string). */
 kiln_status kiln_parse_int(long long *out, const char *s, long long lo, long long hi,
                            const char *what);
-/* Parses a size like 500M, 2G, 1048576, 64k (binary multiples). */
-kiln_status kiln_parse_size(unsigned long long *out, const char *s, const char *what);
+/* kiln_parse_size is public: include/kiln/cache.h. */
+#include "kiln/cache.h"
 
 #endif

@@ -141,6 +141,10 @@ typedef struct kiln_gc_report {
  * live process are never removed. */
 KILN_API kiln_status kiln_cache_gc(kiln_cache *cache, uint64_t max_bytes, kiln_gc_report *out);
 
+/* Parses a size such as 1048576, 64k, 500M, 2G or 2GiB (binary multiples) for
+ * gc. KILN_EINVAL names `what` (e.g. "--max-size") and the bad value. */
+KILN_API kiln_status kiln_parse_size(unsigned long long *out, const char *s, const char *what);
+
 /* Pins key for this process (gc will not evict it) / releases the pin. */
 KILN_API kiln_status kiln_cache_pin(kiln_cache *cache, const char *key);
 KILN_API kiln_status kiln_cache_unpin(kiln_cache *cache, const char *key);
