@@ -40,7 +40,8 @@ static double now_ms(void) {
 
 /* The last lines of a build log, for error messages. */
 static char *log_tail(const char *log, int lines) {
-  size_t len = log ? strlen(log) : 0;
+  if (!log) return strdup("");
+  size_t len = strlen(log);
   const char *p = log + len;
   while (len && (p[-1] == '\n' || p[-1] == ' ')) p--, len--;
   while (p > log && lines > 0) {
