@@ -147,15 +147,9 @@ static kiln_status make_plan(kiln_build_summary *s, const kiln_build_options *o)
   for (size_t u = 0; u < kiln_unit_count(); u++)
     if (!o->kernels_glob || fnmatch(o->kernels_glob, kiln_unit_at(u)->name, 0) == 0) n++;
   if (n == 0) {
-    char names[512] = "";
-    size_t len = 0;
-    for (size_t u = 0; u < kiln_unit_count(); u++) {
-      int w = snprintf(names + len, sizeof names - len, "%s%s", u ? ", " : "", kiln_unit_at(u)->name);
-      if (w < 0 || (size_t)w >= sizeof names - len) break;
-      len += (size_t)w;
-    }
+    char names[1024];
     return kiln_fail(KILN_ENOTFOUND, "--kernels '%s' matches no unit; units are: %s",
-                     o->kernels_glob, names);
+                     o->kernels_glob, kiln_unit_names(names, sizeof names));
   }
   s->items = calloc(n * o->n_targets, sizeof *s->items);
   if (!s->items) return kiln_fail(KILN_ENOMEM, "out of memory");

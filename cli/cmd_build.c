@@ -148,14 +148,9 @@ int cmd_build(int argc, char **argv) {
     goto out;
   }
   if (glob && !matches_a_unit(glob)) {
-    char names[1024] = "";
-    size_t len = 0;
-    for (size_t i = 0; i < kiln_unit_count(); i++) {
-      int w = snprintf(names + len, sizeof names - len, "%s%s", i ? ", " : "", kiln_unit_at(i)->name);
-      if (w < 0 || (size_t)w >= sizeof names - len) break;
-      len += (size_t)w;
-    }
-    rc = cli_usage_error("build", "--kernels '%s' matches no unit; units are: %s", glob, names);
+    char names[1024];
+    rc = cli_usage_error("build", "--kernels '%s' matches no unit; units are: %s", glob,
+                         kiln_unit_names(names, sizeof names));
     goto out;
   }
   if ((st = cli_open_cache(&cache, dir, 1)) != KILN_OK) {

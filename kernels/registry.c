@@ -168,6 +168,18 @@ const kiln_unit_info *kiln_unit_find(const char *name) {
   return NULL;
 }
 
+const char *kiln_unit_names(char *out, size_t cap) {
+  size_t len = 0;
+  if (!cap) return out;
+  out[0] = '\0';
+  for (size_t i = 0; i < kiln_unit_count(); i++) {
+    int w = snprintf(out + len, cap - len, "%s%s", i ? ", " : "", units[i].info.name);
+    if (w < 0 || (size_t)w >= cap - len) break;
+    len += (size_t)w;
+  }
+  return out;
+}
+
 kiln_status kiln_unit_digest(char out[65], const kiln_unit_info *unit) {
   const kiln_source_file *sorted[MAX_UNIT_FILES];
   kiln_sha256 *h = NULL;

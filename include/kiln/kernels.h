@@ -46,6 +46,10 @@ KILN_API const kiln_unit_info *kiln_unit_at(size_t i);
 /* The unit called name, or NULL. */
 KILN_API const kiln_unit_info *kiln_unit_find(const char *name);
 
+/* Every unit's name, ", "-separated, into out (truncated to cap, always
+ * NUL-terminated); for messages that list the choices. Returns out. */
+KILN_API const char *kiln_unit_names(char *out, size_t cap);
+
 /* SHA-256 over the unit's files sorted by path: path \0 size \0 bytes, each.
  * Writes 64 lowercase hex digits and a NUL. */
 KILN_API kiln_status kiln_unit_digest(char out[65], const kiln_unit_info *unit);

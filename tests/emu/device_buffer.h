@@ -14,19 +14,7 @@
 
 #include "ptx_host.h" /* f16_bits_to_f32, f32_to_f16_bits, f32_to_bf16_bits */
 
-#if defined(__SANITIZE_ADDRESS__)
-#define KILN_EMU_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define KILN_EMU_ASAN 1
-#endif
-#endif
-#ifdef KILN_EMU_ASAN
-#include <sanitizer/asan_interface.h> /* ASAN_(UN)POISON_MEMORY_REGION */
-#else
-#define ASAN_POISON_MEMORY_REGION(p, n) ((void)(p), (void)(n))
-#define ASAN_UNPOISON_MEMORY_REGION(p, n) ((void)(p), (void)(n))
-#endif
+#include "asan.h" /* KILN_EMU_ASAN, ASAN_(UN)POISON_MEMORY_REGION, fiber switches */
 
 namespace kiln_emu {
 

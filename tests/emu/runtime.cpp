@@ -23,17 +23,7 @@
 #include <random> /* std::mt19937_64 */
 #include <vector> /* std::vector */
 
-#if defined(__SANITIZE_ADDRESS__)
-#define KILN_EMU_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define KILN_EMU_ASAN 1
-#endif
-#endif
-#ifdef KILN_EMU_ASAN
-#include <sanitizer/asan_interface.h>        /* ASAN_UNPOISON_MEMORY_REGION */
-#include <sanitizer/common_interface_defs.h> /* __sanitizer_*_switch_fiber */
-#endif
+#include "asan.h" /* KILN_EMU_ASAN, ASAN_(UN)POISON_MEMORY_REGION, fiber switches */
 
 /* After every system header: it defines `asm` (this file uses __asm__). */
 #include "host_prelude.h" /* dim3, __syncthreads, __shfl_xor_sync */
