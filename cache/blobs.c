@@ -1,5 +1,6 @@
 /* Content-addressed blobs: cas/<2 hex>/<62 hex>, read-only once written. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,42 +56,58 @@ kiln_status kiln_blob_write(kiln_cache *c, const char *digest, const void *data,
   /* A good copy already there (another process wrote the same bytes) is kept;
    * a bad one is replaced by the rename below. */
   rc = kiln_blob_read(c->primary.dir, digest, len, NULL, NULL);
-  if (rc == KILN_OK) return KILN_OK;
   if (snprintf(dir, sizeof dir, "%s/%.2s", c->cas_dir, digest) >= (int)sizeof dir) {
     rc = kiln_fail(KILN_EINVAL, "path too long: %s", c->cas_dir);
     goto out;
   }
-  KILN_CHECK(kiln_mkdir(dir, 0700));
+  if (rc == KILN_OK) {
+    /* Reused: restart gc's orphan grace period, and make sure its directory
+     * entry is durable (its writer may have died before fsyncing it). */
+    utimensat(AT_FDCWD, path, NULL, 0);
+    return kiln_fsync_dir(dir);
+  }
+  if (access(dir, F_OK) != 0) {
+    KILN_CHECK(kiln_mkdir(dir, 0700));
+    KILN_CHECK(kiln_fsync_dir(c->cas_dir));
+  }
   rc = kiln_write_atomic(path, c->tmp_dir, data, len, 0444);
 out:
   return rc;
 }
 
-kiln_status kiln_blob_quarantine(kiln_cache *c, const char *digest, const char *why) {
-  char path[KILN_PATH_MAX], dest[KILN_PATH_MAX];
+kiln_status kiln_blob_quarantine(kiln_cache *c, const char *digest, const char *why_in) {
+  char path[KILN_PATH_MAX], dest[KILN_PATH_MAX], why[256];
   sqlite3_stmt *st = NULL;
   kiln_status rc;
   int n;
+  snprintf(why, sizeof why, "%s", why_in); /* may be kiln_last_error(), reused below */
   KILN_CHECK(kiln_blob_path(path, sizeof path, c->primary.dir, digest));
   n = snprintf(dest, sizeof dest, "%s/%s.%lld", c->quarantine_dir, digest, (long long)kiln_now_s());
   if (n < 0 || (size_t)n >= sizeof dest) {
     rc = kiln_fail(KILN_EINVAL, "path too long: %s", c->quarantine_dir);
     goto out;
   }
-  if (rename(path, dest) != 0 && errno != ENOENT) {
-    rc = kiln_fail_errno(KILN_EIO, errno, "move %s to quarantine", path);
+  KILN_CHECK(kiln_txn_begin(c, "quarantine"));
+  /* Another process may have rewritten a good copy since we read it. */
+  if (kiln_blob_read(c->primary.dir, digest, UINT64_MAX, NULL, NULL) == KILN_OK) {
+    rc = kiln_txn_end(c, KILN_OK, "quarantine");
     goto out;
   }
-  kiln_log(KILN_LOG_WARN, "quarantined blob %s (%s); its records are dropped and will be rebuilt",
-           digest, why);
-  pthread_mutex_lock(&c->lock);
+  if (rename(path, dest) != 0 && errno != ENOENT) {
+    rc = kiln_txn_end(c, kiln_fail_errno(KILN_EIO, errno, "move %s to quarantine", path),
+                      "quarantine");
+    goto out;
+  }
   n = sqlite3_prepare_v2(c->primary.db, "DELETE FROM records WHERE digest = ?1", -1, &st, NULL);
   if (n == SQLITE_OK) {
     sqlite3_bind_text(st, 1, digest, -1, SQLITE_STATIC);
     n = sqlite3_step(st);
   }
-  pthread_mutex_unlock(&c->lock);
   rc = (n == SQLITE_DONE) ? KILN_OK : kiln_sql_fail(c->primary.db, n, "drop quarantined records");
+  rc = kiln_txn_end(c, rc, "quarantine");
+  if (rc == KILN_OK)
+    kiln_log(KILN_LOG_WARN, "quarantined blob %s (%s); its records are dropped and will be rebuilt",
+             digest, why);
 out:
   sqlite3_finalize(st);
   return rc;

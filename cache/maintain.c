@@ -110,8 +110,12 @@ kiln_status kiln_cache_list(kiln_cache *c, kiln_record **out, size_t *n) {
   kiln_record *v = NULL;
   size_t cnt = 0, cap = 0;
   kiln_status rc = list_layer(c->primary.db, 0, BY_NAME, &v, &cnt, &cap);
-  for (size_t i = 0; rc == KILN_OK && i < c->n_layers; i++)
-    rc = list_layer(c->layers[i].db, (int)i + 1, BY_NAME, &v, &cnt, &cap);
+  for (size_t i = 0; rc == KILN_OK && i < c->n_layers; i++) {
+    size_t before = cnt;
+    if (list_layer(c->layers[i].db, (int)i + 1, BY_NAME, &v, &cnt, &cap) == KILN_OK) continue;
+    kiln_log(KILN_LOG_WARN, "read-only layer %s: %s; skipped", c->layers[i].dir, kiln_last_error());
+    cnt = before;
+  }
   if (rc != KILN_OK) {
     free(v);
     return rc;
@@ -190,6 +194,7 @@ static void verify_records(verify_ctx *v) {
   size_t n = 0;
   if (list_layer(v->c->primary.db, 0, BY_NAME, &recs, &n, &(size_t){0}) != KILN_OK) {
     v->rc = KILN_EDB;
+    free(recs);
     return;
   }
   for (size_t i = 0; i < n; i++) {
@@ -205,25 +210,36 @@ static void verify_records(verify_ctx *v) {
   free(recs);
 }
 
-/* Temp files of writers that are gone (killed mid-write) are debris. */
+/* Temp files of writers that are gone (killed mid-write) are debris: named
+ * tmp.<pid>.<host>.<random>, one is removed when it is a minute old and its
+ * pid is gone on this host (the minute covers a live writer in another pid
+ * namespace with the same host name), or when it is older than TMP_GRACE_S. */
 static void clean_tmp(kiln_cache *c) {
   DIR *d = opendir(c->tmp_dir);
   struct dirent *e;
+  char host[256];
   int64_t now = kiln_now_s();
   if (!d) return;
+  kiln_host_name(host, sizeof host);
   while ((e = readdir(d))) {
     char path[KILN_PATH_MAX];
     struct stat st;
     long pid = 0;
+    int off = 0;
+    int64_t age;
     if (e->d_name[0] == '.') continue;
     if (snprintf(path, sizeof path, "%s/%s", c->tmp_dir, e->d_name) >= (int)sizeof path) continue;
     if (stat(path, &st) != 0) continue;
-    if (sscanf(e->d_name, "tmp.%ld.", &pid) == 1 && pid > 0 && pid != (long)getpid() &&
-        kill((pid_t)pid, 0) != 0 && errno == ESRCH) {
+    age = now - (int64_t)st.st_mtime;
+    if (age > TMP_GRACE_S) {
       unlink(path);
-    } else if (now - (int64_t)st.st_mtime > TMP_GRACE_S) {
-      unlink(path);
+      continue;
     }
+    if (age < 60 || sscanf(e->d_name, "tmp.%ld.%n", &pid, &off) != 1 || off == 0 || pid <= 0)
+      continue;
+    if (strncmp(e->d_name + off, host, strlen(host)) != 0 || e->d_name[off + strlen(host)] != '.')
+      continue;
+    if (pid != (long)getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH) unlink(path);
   }
   closedir(d);
 }
@@ -313,13 +329,17 @@ static uint64_t drop_orphans(kiln_cache *c, uint64_t *removed) {
   walk_cas(c, collect_blob, &b);
   for (size_t i = 0; i < b.n; i++) {
     char path[KILN_PATH_MAX];
+    struct stat st;
     if (now - b.mtime[i] < ORPHAN_GRACE_S) continue;
-    if (referenced(c->primary.db, b.digest[i])) continue;
-    if (kiln_blob_path(path, sizeof path, c->primary.dir, b.digest[i]) == KILN_OK &&
-        unlink(path) == 0) {
+    if (kiln_blob_path(path, sizeof path, c->primary.dir, b.digest[i]) != KILN_OK) continue;
+    if (kiln_txn_begin(c, "gc") != KILN_OK) break;
+    /* Re-checked under the write lock: a put may have reused it meanwhile. */
+    if (!referenced(c->primary.db, b.digest[i]) && stat(path, &st) == 0 &&
+        now - (int64_t)st.st_mtime >= ORPHAN_GRACE_S && unlink(path) == 0) {
       freed += b.size[i];
       if (removed) (*removed)++;
     }
+    kiln_txn_end(c, KILN_OK, "gc");
   }
   blob_list_free(&b);
   return freed;
@@ -335,23 +355,6 @@ static void drop_unreferenced(kiln_cache *c, const char *digest, uint64_t *freed
   if (stat(path, &st) != 0 || unlink(path) != 0) return;
   *freed += (uint64_t)st.st_size;
   (*removed)++;
-}
-
-/* Deletes a record, then its artifact and log blobs unless another record
- * shares them. */
-static kiln_status remove_record(kiln_cache *c, const kiln_record *rec, uint64_t *freed,
-                                 uint64_t *removed_blobs) {
-  sqlite3_stmt *st = NULL;
-  int r = sqlite3_prepare_v2(c->primary.db, "DELETE FROM records WHERE key = ?1", -1, &st, NULL);
-  if (r == SQLITE_OK) {
-    sqlite3_bind_text(st, 1, rec->key, -1, SQLITE_STATIC);
-    r = sqlite3_step(st);
-  }
-  sqlite3_finalize(st);
-  if (r != SQLITE_DONE) return kiln_sql_fail(c->primary.db, r, "delete record");
-  drop_unreferenced(c, rec->digest, freed, removed_blobs);
-  drop_unreferenced(c, rec->log_digest, freed, removed_blobs);
-  return KILN_OK;
 }
 
 /* A pin from a live process on this host, or a recent one from another host
@@ -375,6 +378,27 @@ static int pinned(kiln_cache *c, const char *key) {
   return live;
 }
 
+/* Deletes a record, then its artifact and log blobs unless another record
+ * shares them, in one write transaction (so a put cannot slip its record in
+ * between the check and the unlink). With check_pin, a pinned record is kept
+ * and KILN_ELOCKED returned. */
+static kiln_status remove_record(kiln_cache *c, const kiln_record *rec, int check_pin,
+                                 uint64_t *freed, uint64_t *removed_blobs) {
+  kiln_status rc = kiln_txn_begin(c, "remove record");
+  if (rc != KILN_OK) return rc;
+  if (check_pin && pinned(c, rec->key)) {
+    kiln_txn_end(c, KILN_OK, "remove record");
+    return KILN_ELOCKED;
+  }
+  rc = kiln_sql_exec_key(c->primary.db, "DELETE FROM records WHERE key = ?1", rec->key,
+                         "delete record");
+  if (rc == KILN_OK) {
+    drop_unreferenced(c, rec->digest, freed, removed_blobs);
+    drop_unreferenced(c, rec->log_digest, freed, removed_blobs);
+  }
+  return kiln_txn_end(c, rc, "remove record");
+}
+
 kiln_status kiln_cache_gc(kiln_cache *c, uint64_t max_bytes, kiln_gc_report *out) {
   kiln_record *recs = NULL;
   size_t n = 0, cap = 0;
@@ -388,15 +412,17 @@ kiln_status kiln_cache_gc(kiln_cache *c, uint64_t max_bytes, kiln_gc_report *out
   KILN_CHECK(list_layer(c->primary.db, 0, BY_LRU, &recs, &n, &cap));
   for (size_t i = 0; i < n && total > max_bytes; i++) {
     uint64_t freed = 0;
-    if (pinned(c, recs[i].key)) {
+    rc = remove_record(c, &recs[i], 1, &freed, &out->removed_blobs);
+    if (rc == KILN_ELOCKED) {
       out->pinned_skipped++;
       continue;
     }
-    KILN_CHECK(remove_record(c, &recs[i], &freed, &out->removed_blobs));
+    if (rc != KILN_OK) goto out;
     out->removed_records++;
     out->freed_bytes += freed;
     total -= freed <= total ? freed : total;
   }
+  rc = KILN_OK;
   out->remaining_bytes = total;
 out:
   blob_list_free(&b);
@@ -414,7 +440,7 @@ kiln_status kiln_cache_rm(kiln_cache *c, const char *pattern, uint64_t *removed)
   for (size_t i = 0; i < n; i++) {
     if (pattern && strcmp(pattern, recs[i].key) != 0 && fnmatch(pattern, recs[i].unit, 0) != 0)
       continue;
-    KILN_CHECK(remove_record(c, &recs[i], &freed, &blobs));
+    KILN_CHECK(remove_record(c, &recs[i], 0, &freed, &blobs));
     (*removed)++;
   }
 out:

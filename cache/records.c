@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cache/store.h"
@@ -80,14 +81,20 @@ kiln_status kiln_cache_get(kiln_cache *c, const char *key, kiln_record *out_rec,
     kiln_layer *l = i == 0 ? &c->primary : &c->layers[i - 1];
     rc = find_record(l->db, key, &rec, (int)i);
     if (rc == KILN_ENOTFOUND) continue;
-    if (rc != KILN_OK) return rc;
+    if (rc != KILN_OK && i == 0) return rc;
+    if (rc != KILN_OK) {
+      kiln_log(KILN_LOG_WARN, "read-only layer %s: %s; skipped", l->dir, kiln_last_error());
+      continue;
+    }
     rc = kiln_blob_read(l->dir, rec.digest, rec.size, out_blob, out_size);
     if (rc == KILN_OK) {
       if (i == 0) touch(c, &rec);
       if (out_rec) *out_rec = rec;
       return KILN_OK;
     }
-    if (i == 0) {
+    if (i == 0 && rc != KILN_ECORRUPT && rc != KILN_ENOTFOUND) {
+      return rc; /* an io error (EMFILE, EIO) says nothing about the bytes */
+    } else if (i == 0) {
       /* Never hand bad bytes on: quarantine, drop the record, read as a miss. */
       kiln_blob_quarantine(c, rec.digest, rc == KILN_ENOTFOUND ? "blob missing" : kiln_last_error());
     } else {
@@ -115,11 +122,24 @@ kiln_status kiln_cache_put(kiln_cache *c, kiln_record *rec, const void *blob, si
     KILN_CHECK(kiln_blob_write(c, rec->log_digest, log, log_len));
   }
   /* Blob first, record last: a crash in between leaves an unreferenced blob
-   * (gc removes it), never a record without its bytes. */
-  KILN_CHECK(kiln_blob_write(c, rec->digest, blob, size));
+   * (gc removes it), never a record without its bytes. The record goes in
+   * only while the write lock shows the blob still there: gc, rm and
+   * quarantine remove blobs under the same lock. */
+  for (int attempt = 0;; attempt++) {
+    char path[KILN_PATH_MAX];
+    struct stat sb;
+    KILN_CHECK(kiln_blob_write(c, rec->digest, blob, size));
+    KILN_CHECK(kiln_blob_path(path, sizeof path, c->primary.dir, rec->digest));
+    KILN_CHECK(kiln_txn_begin(c, "store record"));
+    if (stat(path, &sb) == 0 && (uint64_t)sb.st_size == size) break;
+    kiln_txn_end(c, KILN_ENOTFOUND, "store record");
+    if (attempt == 3) {
+      rc = kiln_fail(KILN_EIO, "blob %s keeps disappearing while its record is stored", path);
+      goto out;
+    }
+  }
   rec->created = rec->last_used = kiln_now_s();
   rec->layer = 0;
-  pthread_mutex_lock(&c->lock);
   r = sqlite3_prepare_v2(c->primary.db, sql, -1, &st, NULL);
   if (r == SQLITE_OK) {
     sqlite3_bind_text(st, 1, rec->key, -1, SQLITE_STATIC);
@@ -143,32 +163,30 @@ kiln_status kiln_cache_put(kiln_cache *c, kiln_record *rec, const void *blob, si
   }
   rc = (r == SQLITE_DONE) ? KILN_OK : kiln_sql_fail(c->primary.db, r, "store record");
   sqlite3_finalize(st);
-  pthread_mutex_unlock(&c->lock);
-  if (rc == KILN_OK) kiln_cache_clear_failure(c, rec->key);
+  st = NULL;
+  if (rc == KILN_OK) rc = kiln_sql_exec_key(c->primary.db, "DELETE FROM failures WHERE key = ?1",
+                                            rec->key, "clear failure");
+  rc = kiln_txn_end(c, rc, "store record");
 out:
   return rc;
 }
 
-static kiln_status exec_key(kiln_cache *c, const char *sql, const char *key, const char *what) {
-  sqlite3_stmt *st = NULL;
-  int r = sqlite3_prepare_v2(c->primary.db, sql, -1, &st, NULL);
-  if (r == SQLITE_OK) {
-    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-    r = sqlite3_step(st);
-  }
-  sqlite3_finalize(st);
-  return r == SQLITE_DONE ? KILN_OK : kiln_sql_fail(c->primary.db, r, what);
-}
-
 kiln_status kiln_cache_clear_failure(kiln_cache *c, const char *key) {
-  return exec_key(c, "DELETE FROM failures WHERE key = ?1", key, "clear failure");
+  kiln_status rc;
+  pthread_mutex_lock(&c->lock);
+  rc = kiln_sql_exec_key(c->primary.db, "DELETE FROM failures WHERE key = ?1", key, "clear failure");
+  pthread_mutex_unlock(&c->lock);
+  return rc;
 }
 
 kiln_status kiln_cache_put_failure(kiln_cache *c, const char *key, const char *unit,
                                    const char *target, const char *log, int ttl_s) {
   sqlite3_stmt *st = NULL;
   int64_t now = kiln_now_s();
-  int r = sqlite3_prepare_v2(c->primary.db,
+  kiln_status rc;
+  int r;
+  pthread_mutex_lock(&c->lock); /* pool threads share the connection and its error text */
+  r = sqlite3_prepare_v2(c->primary.db,
                              "INSERT OR REPLACE INTO failures(key, unit, target, log, created, "
                              "expires) VALUES(?1,?2,?3,?4,?5,?6)",
                              -1, &st, NULL);
@@ -181,8 +199,10 @@ kiln_status kiln_cache_put_failure(kiln_cache *c, const char *key, const char *u
     sqlite3_bind_int64(st, 6, now + ttl_s);
     r = sqlite3_step(st);
   }
+  rc = r == SQLITE_DONE ? KILN_OK : kiln_sql_fail(c->primary.db, r, "store failure record");
   sqlite3_finalize(st);
-  return r == SQLITE_DONE ? KILN_OK : kiln_sql_fail(c->primary.db, r, "store failure record");
+  pthread_mutex_unlock(&c->lock);
+  return rc;
 }
 
 kiln_status kiln_cache_get_failure(kiln_cache *c, const char *key, char **out_log) {

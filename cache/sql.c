@@ -59,3 +59,31 @@ void kiln_host_name(char *out, size_t cap) {
   if (gethostname(out, cap) != 0) snprintf(out, cap, "unknown");
   out[cap - 1] = '\0';
 }
+
+kiln_status kiln_txn_begin(kiln_cache *c, const char *what) {
+  kiln_status rc;
+  pthread_mutex_lock(&c->lock);
+  rc = kiln_sql_exec(c->primary.db, "BEGIN IMMEDIATE", what);
+  if (rc != KILN_OK) pthread_mutex_unlock(&c->lock);
+  return rc;
+}
+
+kiln_status kiln_txn_end(kiln_cache *c, kiln_status rc, const char *what) {
+  if (rc == KILN_OK) rc = kiln_sql_exec(c->primary.db, "COMMIT", what);
+  if (rc != KILN_OK) sqlite3_exec(c->primary.db, "ROLLBACK", NULL, NULL, NULL);
+  pthread_mutex_unlock(&c->lock);
+  return rc;
+}
+
+kiln_status kiln_sql_exec_key(sqlite3 *db, const char *sql, const char *key, const char *what) {
+  sqlite3_stmt *st = NULL;
+  int r = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+  kiln_status rc;
+  if (r == SQLITE_OK) {
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    r = sqlite3_step(st);
+  }
+  rc = r == SQLITE_DONE ? KILN_OK : kiln_sql_fail(db, r, what);
+  sqlite3_finalize(st);
+  return rc;
+}

@@ -127,6 +127,19 @@ out:
   return rc;
 }
 
+/* SQLITE_OK when the layer's schema version is this kiln's, SQLITE_SCHEMA if
+ * it is another, or sqlite's error. */
+static int layer_schema(sqlite3 *db) {
+  sqlite3_stmt *st = NULL;
+  int r = sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, NULL);
+  if (r == SQLITE_OK && (r = sqlite3_step(st)) == SQLITE_ROW)
+    r = sqlite3_column_int(st, 0) == KILN_CACHE_SCHEMA_VERSION ? SQLITE_OK : SQLITE_SCHEMA;
+  sqlite3_finalize(st);
+  if (r == SQLITE_OK) r = sqlite3_exec(db, "SELECT " KILN_RECORD_COLUMNS " FROM records LIMIT 1",
+                                       NULL, NULL, NULL);
+  return r;
+}
+
 static int wal_pending(const char *dir) {
   char wal[KILN_PATH_MAX];
   struct stat st;
@@ -168,16 +181,23 @@ static void open_layer(kiln_cache *c, const char *dir) {
     return;
   }
   r = sqlite3_open_v2(uri, &l->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL);
-  if (r == SQLITE_OK)
-    r = sqlite3_exec(l->db, "SELECT 1 FROM records LIMIT 1", NULL, NULL, NULL);
+  if (r == SQLITE_OK) r = layer_schema(l->db);
   if (r != SQLITE_OK) {
     kiln_log(KILN_LOG_WARN, "read-only cache layer %s skipped: %s", dir,
-             l->db ? sqlite3_errmsg(l->db) : sqlite3_errstr(r));
+             r == SQLITE_SCHEMA ? "its cache schema is not this kiln's"
+                                : l->db ? sqlite3_errmsg(l->db) : sqlite3_errstr(r));
     sqlite3_close(l->db);
     l->db = NULL;
     return;
   }
   c->n_layers++;
+}
+
+/* The same directory however it is spelled (trailing slash, symlink). */
+static int same_dir(const char *a, const char *b) {
+  struct stat sa, sb;
+  if (stat(a, &sa) != 0 || stat(b, &sb) != 0) return strcmp(a, b) == 0;
+  return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
 static void open_layers(kiln_cache *c, const char *path) {
@@ -189,7 +209,7 @@ static void open_layers(kiln_cache *c, const char *path) {
     if (len && len < sizeof dir) {
       memcpy(dir, p, len);
       dir[len] = '\0';
-      if (strcmp(dir, c->primary.dir) != 0) open_layer(c, dir);
+      if (!same_dir(dir, c->primary.dir)) open_layer(c, dir);
     }
     p = colon ? colon + 1 : NULL;
   }
@@ -228,7 +248,11 @@ void kiln_cache_close(kiln_cache *c) {
   if (!c) return;
   /* Fold the WAL into index.sqlite so the directory can serve as a read-only
    * (immutable) layer as it is; best effort when others still have it open. */
-  if (c->primary.db) sqlite3_exec(c->primary.db, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL);
+  if (c->primary.db) {
+    /* No waiting: a reader elsewhere (a training process) must not hold up exit. */
+    sqlite3_busy_timeout(c->primary.db, 0);
+    sqlite3_exec(c->primary.db, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL);
+  }
   sqlite3_close(c->primary.db);
   for (size_t i = 0; i < c->n_layers; i++) sqlite3_close(c->layers[i].db);
   pthread_mutex_destroy(&c->lock);

@@ -27,8 +27,18 @@ struct kiln_cache {
 
 /* Runs sql on db; KILN_EDB naming what and sqlite's message on failure. */
 kiln_status kiln_sql_exec(sqlite3 *db, const char *sql, const char *what);
+/* Runs sql with ?1 bound to key; a statement that returns no rows. */
+kiln_status kiln_sql_exec_key(sqlite3 *db, const char *sql, const char *key, const char *what);
 /* sqlite error -> kiln_status (SQLITE_FULL -> KILN_ENOSPC, BUSY -> ELOCKED). */
 kiln_status kiln_sql_fail(sqlite3 *db, int sqlite_rc, const char *what);
+
+/* Takes c->lock and BEGIN IMMEDIATE on the primary index: the write lock that
+ * orders a put's "blob is there, insert the record" against gc, rm and
+ * quarantine's "nothing references it, remove the blob" across processes. */
+kiln_status kiln_txn_begin(kiln_cache *c, const char *what);
+/* COMMIT when rc is KILN_OK, else ROLLBACK; releases c->lock. Returns rc, or
+ * the COMMIT's failure. */
+kiln_status kiln_txn_end(kiln_cache *c, kiln_status rc, const char *what);
 
 /* cas/<2 hex>/<62 hex> under layer_dir. */
 kiln_status kiln_blob_path(char *out, size_t cap, const char *layer_dir, const char *digest);

@@ -49,7 +49,12 @@ kiln_status kiln_write_atomic(const char *path, const char *tmp_dir, const void 
   char tmp[4096], dir[4096];
   kiln_status rc;
   int fd = -1, n;
-  n = snprintf(tmp, sizeof tmp, "%s/tmp.%ld.XXXXXX", tmp_dir, (long)getpid());
+  char host[128];
+  if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "unknown");
+  host[sizeof host - 1] = '\0';
+  /* pid and host name the writer, so debris of a dead one can be told from a
+   * live writer's file (kiln cache verify). */
+  n = snprintf(tmp, sizeof tmp, "%s/tmp.%ld.%s.XXXXXX", tmp_dir, (long)getpid(), host);
   if (n < 0 || (size_t)n >= sizeof tmp) return kiln_fail(KILN_EINVAL, "path too long: %s", tmp_dir);
   fd = mkstemp(tmp);
   if (fd < 0) return kiln_fail_errno(KILN_EIO, errno, "create temp file in %s", tmp_dir);

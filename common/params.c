@@ -26,7 +26,7 @@ kiln_status kiln_parse_int(long long *out, const char *s, long long lo, long lon
 KILN_API kiln_status kiln_parse_size(unsigned long long *out, const char *s, const char *what) {
   char *end = NULL;
   unsigned long long v, mult = 1;
-  if (!s || !*s || *s == '-')
+  if (!s || *s < '0' || *s > '9') /* strtoull would take " -1" or "+5" */
     return kiln_fail(KILN_EINVAL, "%s: '%s' is not a size (e.g. 512M, 2G)", what, s ? s : "");
   errno = 0;
   v = strtoull(s, &end, 10);

@@ -6,6 +6,7 @@
 
 #include "common/digest.h"
 #include "common/error.h"
+#include "common/logging.h"
 #include "kiln/kernels.h"
 #include "kiln/target.h"
 
@@ -22,6 +23,7 @@ typedef struct unit_slot {
   kiln_unit_info info;
   const kiln_source_file *files[MAX_UNIT_FILES];
   kiln_entry_info *entries;
+  int overflow; /* includes more than MAX_UNIT_FILES files */
 } unit_slot;
 
 static unit_slot units[MAX_UNITS];
@@ -77,7 +79,11 @@ static void add_closure(unit_slot *u, const kiln_source_file *f) {
   const char *p = (const char *)f->data, *end = p + f->size;
   for (size_t i = 0; i < u->info.n_files; i++)
     if (u->files[i] == f) return;
-  if (u->info.n_files == MAX_UNIT_FILES) return;
+  if (u->info.n_files == MAX_UNIT_FILES) {
+    /* The digest must cover every file: a unit past the limit is not registered. */
+    u->overflow = 1;
+    return;
+  }
   u->files[u->info.n_files++] = f;
   while (p < end && (p = strstr(p, "#include")) != NULL) {
     const char *q = p + 8, *close;
@@ -125,6 +131,12 @@ static void add_softmax_unit(const char *name) {
   u->info.summary = summary_of(name);
   u->info.min_arch = KILN_MIN_ARCH;
   add_closure(u, u->info.main_file);
+  if (u->overflow) {
+    kiln_log(KILN_LOG_ERROR, "unit %s includes more than %d files: not registered (raise "
+             "MAX_UNIT_FILES in kernels/registry.c)", name, MAX_UNIT_FILES);
+    memset(u, 0, sizeof *u);
+    return;
+  }
   qsort(u->files, u->info.n_files, sizeof *u->files, cmp_file);
   u->info.files = u->files;
   u->entries = calloc(2 * N_DTYPES * N_VARIANTS, sizeof *u->entries);

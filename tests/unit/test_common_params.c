@@ -32,6 +32,9 @@ static void test_parse_size_units(void **state) {
   assert_int_equal(v, 2ULL << 30);
   assert_int_equal(kiln_parse_size(&v, "5Q", "s"), KILN_EINVAL);
   assert_int_equal(kiln_parse_size(&v, "-1", "s"), KILN_EINVAL);
+  assert_int_equal(kiln_parse_size(&v, " -1", "s"), KILN_EINVAL);
+  assert_int_equal(kiln_parse_size(&v, "+5G", "s"), KILN_EINVAL);
+  assert_int_equal(kiln_parse_size(&v, "", "s"), KILN_EINVAL);
 }
 
 static void test_cache_dir_precedence(void **state) {
