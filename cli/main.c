@@ -32,6 +32,7 @@ static int version(void) {
 
 int main(int argc, char **argv) {
   const char *cmd = argc > 1 ? argv[1] : NULL;
+  kiln_log_get_level(); /* reads KILN_LOG now, so a bad value is reported on every run */
   if (!cmd || strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
     fputs(usage, cmd ? stdout : stderr);
     return cmd ? EXIT_OK : EXIT_USAGE;
