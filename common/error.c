@@ -40,10 +40,6 @@ const char *kiln_last_error(void) {
   return last_error;
 }
 
-void kiln_clear_error(void) {
-  last_error[0] = '\0';
-}
-
 static void set_error(const char *fmt, va_list ap) {
   if (vsnprintf(last_error, sizeof last_error, fmt, ap) < 0) last_error[0] = '\0';
 }

@@ -10,7 +10,6 @@ kiln_status kiln_fail(kiln_status st, const char *fmt, ...) __attribute__((forma
  * KILN_ENOSPC and EACCES/EPERM/EROFS to KILN_EPERM when st is KILN_EIO. */
 kiln_status kiln_fail_errno(kiln_status st, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-void kiln_clear_error(void);
 
 /* Propagates a failing kiln_status: rc = (expr); on failure, goto out. */
 #define KILN_CHECK(expr)                                                                           \
