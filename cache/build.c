@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cache/lease.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/params.h"
@@ -25,7 +26,13 @@ typedef struct build_ctx {
   size_t *todo; /* indices of items to compile */
   size_t n_todo, done;
   int failure_ttl;
+  int64_t stale_ms, wait_ms;
+  int jobs;
   pthread_mutex_t lock;
+  /* the heartbeat that renews this handle's leases while it compiles */
+  pthread_t hb_thread;
+  pthread_cond_t hb_cond;
+  int hb_started, hb_stop;
 } build_ctx;
 
 const char *kiln_build_compile_options(void) {
@@ -71,7 +78,12 @@ static void compile_task(size_t i, void *user) {
   kiln_build_item *it = &b->s->items[idx];
   kiln_artifact a;
   kiln_record *rec = &it->record;
+  int64_t started = kiln_now_ms() / 1000;
+  double t0 = now_ms();
   kiln_status rc = kiln_compile_unit(&a, it->unit, &it->target, KILN_COMPILE_OPTIONS);
+  if (kiln_builds_add(b->cache, b->keys[idx], it->unit->name, it->target_name, started,
+                      now_ms() - t0, rc == KILN_OK) != KILN_OK)
+    kiln_log(KILN_LOG_WARN, "%s", kiln_last_error());
   if (rc != KILN_OK) {
     fail_item(it, rc, kiln_last_error());
     if (rc == KILN_ECOMPILE && a.log) {
@@ -103,42 +115,186 @@ static void compile_task(size_t i, void *user) {
   it->status = KILN_OK;
 out:
   kiln_artifact_free(&a);
+  /* After the record (or the failure) is in: a waiter that sees the lease
+   * gone finds the result. */
+  if (kiln_lease_release(b->cache, b->keys[idx]) != KILN_OK)
+    kiln_log(KILN_LOG_WARN, "%s", kiln_last_error());
   report(b, it);
+}
+
+/* Settles idx from the cache: a record is `hit` (HIT, or SHARED when another
+ * process built it while we waited), an unexpired failure is FAILED.
+ * *settled = 0 when there is neither. */
+static kiln_status settle_from_cache(build_ctx *b, size_t idx, kiln_build_outcome hit,
+                                     int *settled) {
+  kiln_build_item *it = &b->s->items[idx];
+  char *log = NULL;
+  kiln_status rc = kiln_cache_get(b->cache, b->keys[idx], &it->record, NULL, NULL);
+  *settled = 1;
+  if (rc == KILN_OK) {
+    it->outcome = hit;
+    report(b, it);
+    return KILN_OK;
+  }
+  if (rc != KILN_ENOTFOUND) return rc;
+  if (kiln_cache_get_failure(b->cache, b->keys[idx], &log) == KILN_OK) {
+    char msg[512];
+    snprintf(msg, sizeof msg,
+             "%s for %s failed to compile%s (remembered for KILN_FAILURE_TTL seconds; "
+             "--rebuild retries now)",
+             it->unit->name, it->target_name,
+             hit == KILN_BUILD_SHARED ? " in another process sharing the cache" : " recently");
+    fail_item(it, KILN_ECOMPILE, msg);
+    it->log_tail = log_tail(log, 20);
+    free(log);
+    report(b, it);
+    return KILN_OK;
+  }
+  *settled = 0;
+  return KILN_OK;
 }
 
 /* Hits and remembered failures are settled here, before any thread starts. */
 static kiln_status settle(build_ctx *b, size_t idx) {
   kiln_build_item *it = &b->s->items[idx];
-  char *log = NULL;
   kiln_status rc;
+  int settled = 0;
   KILN_CHECK(kiln_cache_key(b->keys[idx], it->unit, it->target_name, KILN_COMPILE_OPTIONS,
                             b->toolchain));
   if (b->opts->rebuild) {
     kiln_cache_clear_failure(b->cache, b->keys[idx]);
   } else {
-    rc = kiln_cache_get(b->cache, b->keys[idx], &it->record, NULL, NULL);
-    if (rc == KILN_OK) {
-      it->outcome = KILN_BUILD_HIT;
-      report(b, it);
-      return KILN_OK;
-    }
-    if (rc != KILN_ENOTFOUND) return rc;
-    if (kiln_cache_get_failure(b->cache, b->keys[idx], &log) == KILN_OK) {
-      char msg[512];
-      snprintf(msg, sizeof msg,
-               "%s for %s failed to compile recently (remembered for KILN_FAILURE_TTL "
-               "seconds; --rebuild retries now)",
-               it->unit->name, it->target_name);
-      fail_item(it, KILN_ECOMPILE, msg);
-      it->log_tail = log_tail(log, 20);
-      free(log);
-      report(b, it);
-      return KILN_OK;
-    }
+    KILN_CHECK(settle_from_cache(b, idx, KILN_BUILD_HIT, &settled));
+    if (settled) return KILN_OK;
   }
   b->todo[b->n_todo++] = idx;
   rc = KILN_OK;
 out:
+  return rc;
+}
+
+/* ---- single flight ---- */
+
+static void *heartbeat_main(void *user) {
+  build_ctx *b = user;
+  int64_t every = b->stale_ms / 4;
+  if (every < 20) every = 20;
+  if (every > 5000) every = 5000;
+  pthread_mutex_lock(&b->lock);
+  while (!b->hb_stop) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += every / 1000;
+    ts.tv_nsec += (every % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(&b->hb_cond, &b->lock, &ts);
+    if (b->hb_stop) break;
+    pthread_mutex_unlock(&b->lock);
+    if (kiln_lease_renew(b->cache) != KILN_OK)
+      kiln_log(KILN_LOG_WARN, "build lease heartbeat: %s", kiln_last_error());
+    pthread_mutex_lock(&b->lock);
+  }
+  pthread_mutex_unlock(&b->lock);
+  return NULL;
+}
+
+static void heartbeat_start(build_ctx *b) {
+  if (b->hb_started) return;
+  b->hb_started = pthread_create(&b->hb_thread, NULL, heartbeat_main, b) == 0;
+  if (!b->hb_started) kiln_log(KILN_LOG_WARN, "could not start the build lease heartbeat");
+}
+
+static void heartbeat_stop(build_ctx *b) {
+  if (!b->hb_started) return;
+  pthread_mutex_lock(&b->lock);
+  b->hb_stop = 1;
+  pthread_cond_signal(&b->hb_cond);
+  pthread_mutex_unlock(&b->lock);
+  pthread_join(b->hb_thread, NULL);
+  b->hb_started = 0;
+}
+
+static void sleep_ms(int64_t ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0) {}
+}
+
+/* Compiles every pending item this process wins the lease for, waits for
+ * the others (polling, bounded), and takes over leases whose holder died. */
+static kiln_status single_flight(build_ctx *b) {
+  size_t n_pending = b->n_todo, *pending = NULL, *mine = NULL;
+  char *told = NULL; /* waiting for this item was logged */
+  double deadline = now_ms() + (double)b->wait_ms;
+  int64_t poll = 20;
+  kiln_status rc = KILN_OK;
+  if (!n_pending) return KILN_OK;
+  pending = malloc(n_pending * sizeof *pending);
+  mine = malloc(n_pending * sizeof *mine);
+  told = calloc(b->s->n_items, 1);
+  if (!pending || !mine || !told) {
+    rc = kiln_fail(KILN_ENOMEM, "out of memory");
+    goto out;
+  }
+  memcpy(pending, b->todo, n_pending * sizeof *pending);
+  heartbeat_start(b);
+  while (n_pending) {
+    size_t n_mine = 0, n_wait = 0;
+    for (size_t i = 0; i < n_pending; i++) {
+      size_t idx = pending[i];
+      kiln_build_item *it = &b->s->items[idx];
+      kiln_lease_state state;
+      kiln_lease_holder h;
+      int settled = 0;
+      rc = kiln_lease_try(b->cache, b->keys[idx], it->unit->name, it->target_name, b->stale_ms,
+                          b->opts->rebuild, &state, &h);
+      if (rc != KILN_OK) goto out;
+      if (state == KILN_LEASE_ACQUIRED) {
+        mine[n_mine++] = idx;
+        if (h.taken_over) b->s->taken_over++;
+        continue;
+      }
+      if (state == KILN_LEASE_DONE) {
+        KILN_CHECK(settle_from_cache(b, idx, KILN_BUILD_SHARED, &settled));
+        if (settled) continue;
+      } else {
+        if (!told[idx])
+          kiln_log(KILN_LOG_INFO, "%s %s: another process builds it (%s pid %ld, for %.1f s); waiting",
+                   it->unit->name, it->target_name, h.host, h.pid, h.held_ms / 1e3);
+        told[idx] = 1;
+        snprintf(it->error, sizeof it->error,
+                 "gave up after %.0f s waiting for %s pid %ld to build %s for %s (its last "
+                 "heartbeat was %.1f s ago; KILN_BUILD_TIMEOUT raises the limit)",
+                 b->wait_ms / 1e3, h.host, h.pid, it->unit->name, it->target_name,
+                 h.heartbeat_age_ms / 1e3);
+      }
+      pending[n_wait++] = idx;
+    }
+    n_pending = n_wait;
+    if (n_mine) {
+      b->todo = mine; /* compile_task reads b->todo */
+      b->n_todo = n_mine;
+      KILN_CHECK(kiln_pool_run(n_mine, b->jobs, compile_task, b));
+      poll = 20;
+      continue;
+    }
+    if (!n_pending) break;
+    if (now_ms() > deadline) {
+      for (size_t i = 0; i < n_pending; i++) {
+        kiln_build_item *it = &b->s->items[pending[i]];
+        it->outcome = KILN_BUILD_FAILED;
+        it->status = KILN_ETIMEDOUT;
+        report(b, it);
+      }
+      break;
+    }
+    sleep_ms(poll);
+    poll = poll * 2 > 250 ? 250 : poll * 2;
+  }
+out:
+  heartbeat_stop(b);
+  free(pending);
+  free(mine);
+  free(told);
   return rc;
 }
 
@@ -172,6 +328,7 @@ static void summarise(kiln_build_summary *s) {
     kiln_build_item *it = &s->items[i];
     if (it->outcome == KILN_BUILD_HIT) s->hits++;
     else if (it->outcome == KILN_BUILD_BUILT) s->built++;
+    else if (it->outcome == KILN_BUILD_SHARED) s->shared++;
     else s->failed++;
     if (it->outcome != KILN_BUILD_FAILED) s->bytes += it->record.size;
   }
@@ -181,10 +338,11 @@ kiln_status kiln_build(kiln_build_summary **out, kiln_cache *cache, const kiln_b
   build_ctx b;
   kiln_build_summary *s = NULL;
   kiln_status rc;
-  double t0 = now_ms();
-  int jobs = 0;
+  double t0 = now_ms(), stale_s, wait_s;
+  size_t *todo = NULL;
   memset(&b, 0, sizeof b);
   pthread_mutex_init(&b.lock, NULL);
+  pthread_cond_init(&b.hb_cond, NULL);
   if (!out || !cache || !o || !o->targets || !o->n_targets) {
     rc = kiln_fail(KILN_EINVAL, "kiln_build: no cache, options or targets");
     goto out;
@@ -198,8 +356,14 @@ kiln_status kiln_build(kiln_build_summary **out, kiln_cache *cache, const kiln_b
     rc = kiln_fail(KILN_ENOMEM, "out of memory");
     goto out;
   }
-  jobs = o->jobs;
-  if (jobs <= 0) KILN_CHECK(kiln_param_jobs(&jobs));
+  b.jobs = o->jobs;
+  if (b.jobs <= 0) KILN_CHECK(kiln_param_jobs(&b.jobs));
+  stale_s = o->lease_stale_s;
+  if (stale_s <= 0) KILN_CHECK(kiln_param_lease_stale_s(&stale_s));
+  wait_s = o->wait_timeout_s;
+  if (wait_s <= 0) KILN_CHECK(kiln_param_build_timeout_s(&wait_s));
+  b.stale_ms = (int64_t)(stale_s * 1000);
+  b.wait_ms = (int64_t)(wait_s * 1000);
   KILN_CHECK(kiln_toolchain_id(b.toolchain));
   KILN_CHECK(kiln_param_failure_ttl(&b.failure_ttl));
   KILN_CHECK(make_plan(s, o));
@@ -207,13 +371,13 @@ kiln_status kiln_build(kiln_build_summary **out, kiln_cache *cache, const kiln_b
   b.s = s;
   b.opts = o;
   b.keys = calloc(s->n_items, sizeof *b.keys);
-  b.todo = calloc(s->n_items, sizeof *b.todo);
+  b.todo = todo = calloc(s->n_items, sizeof *b.todo);
   if (!b.keys || !b.todo) {
     rc = kiln_fail(KILN_ENOMEM, "out of memory");
     goto out;
   }
   for (size_t i = 0; i < s->n_items; i++) KILN_CHECK(settle(&b, i));
-  KILN_CHECK(kiln_pool_run(b.n_todo, jobs, compile_task, &b));
+  KILN_CHECK(single_flight(&b));
   summarise(s);
   s->wall_ms = now_ms() - t0;
   *out = s;
@@ -221,7 +385,8 @@ kiln_status kiln_build(kiln_build_summary **out, kiln_cache *cache, const kiln_b
 out:
   kiln_build_summary_free(s);
   free(b.keys);
-  free(b.todo);
+  free(todo);
+  pthread_cond_destroy(&b.hb_cond);
   pthread_mutex_destroy(&b.lock);
   return rc;
 }

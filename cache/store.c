@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,7 +29,17 @@ static const char *schema_sql =
     " created INTEGER NOT NULL, expires INTEGER NOT NULL);"
     "CREATE TABLE IF NOT EXISTS pins("
     " key TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL, created INTEGER NOT NULL,"
-    " PRIMARY KEY(key, host, pid));";
+    " PRIMARY KEY(key, host, pid));"
+    /* schema 2: single-flight build leases, and one row per compile run */
+    "CREATE TABLE IF NOT EXISTS leases("
+    " key TEXT PRIMARY KEY, unit TEXT NOT NULL, target TEXT NOT NULL, host TEXT NOT NULL,"
+    " pid INTEGER NOT NULL, token TEXT NOT NULL, acquired_ms INTEGER NOT NULL,"
+    " heartbeat_ms INTEGER NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS builds("
+    " id INTEGER PRIMARY KEY, key TEXT NOT NULL, unit TEXT NOT NULL, target TEXT NOT NULL,"
+    " host TEXT NOT NULL, pid INTEGER NOT NULL, started INTEGER NOT NULL, ms REAL,"
+    " ok INTEGER NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS builds_key ON builds(key);";
 
 /* The cache directory must be ours and closed to others: anyone who can write
  * it can plant code that every training process will run. */
@@ -127,13 +138,16 @@ out:
   return rc;
 }
 
-/* SQLITE_OK when the layer's schema version is this kiln's, SQLITE_SCHEMA if
- * it is another, or sqlite's error. */
+/* SQLITE_OK when the layer's records table is one this kiln reads (schema 1,
+ * the first, up to this kiln's: later schemas only added tables), SQLITE_SCHEMA
+ * if not, or sqlite's error. */
 static int layer_schema(sqlite3 *db) {
   sqlite3_stmt *st = NULL;
   int r = sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, NULL);
   if (r == SQLITE_OK && (r = sqlite3_step(st)) == SQLITE_ROW)
-    r = sqlite3_column_int(st, 0) == KILN_CACHE_SCHEMA_VERSION ? SQLITE_OK : SQLITE_SCHEMA;
+    r = sqlite3_column_int(st, 0) >= 1 && sqlite3_column_int(st, 0) <= KILN_CACHE_SCHEMA_VERSION
+            ? SQLITE_OK
+            : SQLITE_SCHEMA;
   sqlite3_finalize(st);
   if (r == SQLITE_OK) r = sqlite3_exec(db, "SELECT " KILN_RECORD_COLUMNS " FROM records LIMIT 1",
                                        NULL, NULL, NULL);
@@ -215,6 +229,16 @@ static void open_layers(kiln_cache *c, const char *path) {
   }
 }
 
+/* 128 random bits as hex: tells this handle's leases from every other's,
+ * even another handle of the same process. */
+static kiln_status new_token(char out[33]) {
+  unsigned char b[16];
+  ssize_t n = getrandom(b, sizeof b, 0);
+  if (n != (ssize_t)sizeof b) return kiln_fail_errno(KILN_EIO, errno, "getrandom");
+  for (int i = 0; i < 16; i++) snprintf(out + 2 * i, 3, "%02x", b[i]);
+  return KILN_OK;
+}
+
 kiln_status kiln_cache_open(kiln_cache **out, const kiln_cache_options *opts) {
   kiln_cache_options dflt = KILN_CACHE_OPTIONS_INIT;
   kiln_cache *c;
@@ -227,6 +251,8 @@ kiln_status kiln_cache_open(kiln_cache **out, const kiln_cache_options *opts) {
   c = calloc(1, sizeof *c);
   if (!c) return kiln_fail(KILN_ENOMEM, "out of memory");
   pthread_mutex_init(&c->lock, NULL);
+  kiln_host_name(c->host, sizeof c->host);
+  KILN_CHECK(new_token(c->token));
   if (opts->dir && *opts->dir) {
     if (snprintf(c->primary.dir, sizeof c->primary.dir, "%s", opts->dir) >= (int)sizeof c->primary.dir) {
       rc = kiln_fail(KILN_EINVAL, "cache path too long");

@@ -23,6 +23,8 @@ struct kiln_cache {
   size_t n_layers;
   kiln_layer layers[KILN_MAX_LAYERS]; /* read-only, searched after primary */
   pthread_mutex_t lock;               /* serialises multi-statement work on primary.db */
+  char host[64];                      /* this host's name, for leases and pins */
+  char token[33];                     /* random, unique to this handle: owns its leases */
 };
 
 /* Runs sql on db; KILN_EDB naming what and sqlite's message on failure. */

@@ -14,6 +14,8 @@ static const char *usage =
     "\n"
     "Compiles every kernel unit for every target with NVRTC into the cache.\n"
     "Targets already cached (digest verified) are hits and are not rebuilt.\n"
+    "Processes sharing a cache directory build each target once: the others\n"
+    "wait for it (a lease in the index; KILN_LEASE_STALE, KILN_BUILD_TIMEOUT).\n"
     "\n"
     "  --arch LIST    targets, comma-separated (default: all):\n"
     "                   90 or sm_90   CUBIN for sm_90\n"
@@ -39,7 +41,10 @@ typedef struct progress_state {
 } progress_state;
 
 static const char *outcome_name(kiln_build_outcome o) {
-  return o == KILN_BUILD_HIT ? "hit" : o == KILN_BUILD_BUILT ? "built" : "failed";
+  return o == KILN_BUILD_HIT      ? "hit"
+         : o == KILN_BUILD_BUILT  ? "built"
+         : o == KILN_BUILD_SHARED ? "shared"
+                                  : "failed";
 }
 
 static void progress(const kiln_build_item *it, size_t done, size_t total, void *user) {
@@ -62,6 +67,8 @@ static json_t *summary_json(const kiln_build_summary *s, kiln_cache *cache) {
   json_object_set_new(o, "hits", json_integer((json_int_t)s->hits));
   json_object_set_new(o, "built", json_integer((json_int_t)s->built));
   json_object_set_new(o, "failed", json_integer((json_int_t)s->failed));
+  json_object_set_new(o, "shared", json_integer((json_int_t)s->shared));
+  json_object_set_new(o, "taken_over", json_integer((json_int_t)s->taken_over));
   json_object_set_new(o, "bytes", json_integer((json_int_t)s->bytes));
   json_object_set_new(o, "wall_ms", json_real(s->wall_ms));
   for (size_t i = 0; i < s->n_items; i++) {
@@ -95,8 +102,10 @@ static void print_failures(const kiln_build_summary *s) {
 
 static void print_summary(const kiln_build_summary *s, kiln_cache *cache) {
   char size[32];
-  printf("kiln build: %zu targets, %zu cache hits, %zu built, %zu failed, %s, %.1f s\n",
-         s->targets, s->hits, s->built, s->failed, cli_human_size(size, s->bytes),
+  char shared[64] = "";
+  if (s->shared) snprintf(shared, sizeof shared, ", %zu built by another process", s->shared);
+  printf("kiln build: %zu targets, %zu cache hits, %zu built%s, %zu failed, %s, %.1f s\n",
+         s->targets, s->hits, s->built, shared, s->failed, cli_human_size(size, s->bytes),
          s->wall_ms / 1000.0);
   printf("cache: %s\n", kiln_cache_dir(cache));
 }

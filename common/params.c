@@ -120,3 +120,37 @@ const char *kiln_param_test_inject_compile_error(void) {
   const char *v = getenv("KILN_TEST_INJECT_COMPILE_ERROR");
   return (v && *v) ? v : NULL;
 }
+
+const char *kiln_param_cuda_library(void) {
+  const char *v = getenv("KILN_CUDA_LIBRARY");
+  return (v && *v) ? v : NULL;
+}
+
+kiln_status kiln_param_offline(int *out) {
+  return env_int(out, "KILN_OFFLINE", 0, 1, 0);
+}
+
+/* Seconds, decimals allowed ("0.5"), in (0, hi]. */
+static kiln_status env_seconds(double *out, const char *name, double hi, double dflt) {
+  const char *v = getenv(name);
+  char *end = NULL;
+  double x;
+  if (!v || !*v) {
+    *out = dflt;
+    return KILN_OK;
+  }
+  errno = 0;
+  x = strtod(v, &end);
+  if (errno || *end != '\0' || !(x > 0) || x > hi)
+    return kiln_fail(KILN_EINVAL, "%s: '%s' is not a number of seconds in (0, %g]", name, v, hi);
+  *out = x;
+  return KILN_OK;
+}
+
+kiln_status kiln_param_lease_stale_s(double *out) {
+  return env_seconds(out, "KILN_LEASE_STALE", 24 * 3600, 30);
+}
+
+kiln_status kiln_param_build_timeout_s(double *out) {
+  return env_seconds(out, "KILN_BUILD_TIMEOUT", 7 * 24 * 3600, 1800);
+}

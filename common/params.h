@@ -17,6 +17,15 @@ kiln_status kiln_param_cache_dir(char *out, size_t cap);
 const char *kiln_param_cache_path(void);
 /* KILN_NVRTC_LIBRARY: an explicit libnvrtc to load, or NULL. */
 const char *kiln_param_nvrtc_library(void);
+/* KILN_CUDA_LIBRARY: an explicit libcuda to load, or NULL. */
+const char *kiln_param_cuda_library(void);
+/* KILN_OFFLINE: 1 forbids builds in the loader (default 0). */
+kiln_status kiln_param_offline(int *out);
+/* KILN_LEASE_STALE: seconds after which a build lease nobody renews is taken
+ * over (default 30). */
+kiln_status kiln_param_lease_stale_s(double *out);
+/* KILN_BUILD_TIMEOUT: longest wait for one build, in seconds (default 1800). */
+kiln_status kiln_param_build_timeout_s(double *out);
 /* KILN_JOBS: positive integer, or 0 when unset. */
 kiln_status kiln_param_jobs(int *out);
 /* KILN_FAILURE_TTL: seconds a failed compile is remembered (default 600). */

@@ -2,7 +2,10 @@
  *
  * For every (unit, target): a record whose blob verifies is a hit; an
  * unexpired failure record is a failure (unless rebuild); otherwise NVRTC
- * compiles it on a thread pool and the result is stored. */
+ * compiles it on a thread pool and the result is stored. Many processes may
+ * build into one directory at once: each target is compiled by exactly one of
+ * them (a lease in the index, renewed by a heartbeat; a lease whose holder
+ * died or stopped renewing is taken over), the others wait, bounded. */
 #ifndef KILN_BUILD_H
 #define KILN_BUILD_H
 
@@ -22,6 +25,7 @@ typedef enum kiln_build_outcome {
   KILN_BUILD_HIT = 0,    /* already in the cache */
   KILN_BUILD_BUILT = 1,  /* compiled and stored now */
   KILN_BUILD_FAILED = 2, /* compile or store failed (see error) */
+  KILN_BUILD_SHARED = 3, /* built by another process sharing the cache while this one waited */
 } kiln_build_outcome;
 
 typedef struct kiln_build_item {
@@ -39,6 +43,8 @@ typedef struct kiln_build_summary {
   size_t n_items;
   kiln_build_item *items;
   size_t targets, hits, built, failed;
+  size_t shared;    /* built by another process (single flight) */
+  size_t taken_over; /* leases taken over from a stale or dead builder */
   uint64_t bytes;   /* bytes of every artifact in the plan */
   double wall_ms;
 } kiln_build_summary;
@@ -56,10 +62,14 @@ typedef struct kiln_build_options {
   int rebuild;                 /* compile even on a hit */
   kiln_build_progress_fn progress;
   void *user;
+  /* Single flight: each missing (unit, target) is compiled by one process per
+   * cache directory, under a lease row in its index; the others wait. */
+  double lease_stale_s;   /* take over a lease not renewed for this long; <= 0: KILN_LEASE_STALE */
+  double wait_timeout_s;  /* give up waiting for another builder after this; <= 0: KILN_BUILD_TIMEOUT */
 } kiln_build_options;
 
 #define KILN_BUILD_OPTIONS_VERSION 1
-#define KILN_BUILD_OPTIONS_INIT {KILN_BUILD_OPTIONS_VERSION, NULL, 0, NULL, 0, 0, NULL, NULL}
+#define KILN_BUILD_OPTIONS_INIT {KILN_BUILD_OPTIONS_VERSION, NULL, 0, NULL, 0, 0, NULL, NULL, 0, 0}
 
 /* Builds the plan. KILN_OK when the plan ran (check summary->failed);
  * KILN_ENOTFOUND when the glob matches no unit; other codes when nothing could
