@@ -75,7 +75,8 @@ out:
   return rc;
 }
 
-kiln_status kiln_blob_quarantine(kiln_cache *c, const char *digest, const char *why_in) {
+kiln_status kiln_blob_quarantine(kiln_cache *c, const char *digest, const char *why_in,
+                                 int force) {
   char path[KILN_PATH_MAX], dest[KILN_PATH_MAX], why[256];
   sqlite3_stmt *st = NULL;
   kiln_status rc;
@@ -88,8 +89,9 @@ kiln_status kiln_blob_quarantine(kiln_cache *c, const char *digest, const char *
     goto out;
   }
   KILN_CHECK(kiln_txn_begin(c, "quarantine"));
-  /* Another process may have rewritten a good copy since we read it. */
-  if (kiln_blob_read(c->primary.dir, digest, UINT64_MAX, NULL, NULL) == KILN_OK) {
+  /* Another process may have rewritten a good copy since we read it (unless
+   * the bytes are known bad although they hash right: the driver refused them). */
+  if (!force && kiln_blob_read(c->primary.dir, digest, UINT64_MAX, NULL, NULL) == KILN_OK) {
     rc = kiln_txn_end(c, KILN_OK, "quarantine");
     goto out;
   }
@@ -116,7 +118,7 @@ out:
 kiln_status kiln_cache_read_blob(kiln_cache *c, const char *digest, uint8_t **out,
                                  size_t *out_size) {
   kiln_status rc = kiln_blob_read(c->primary.dir, digest, UINT64_MAX, out, out_size);
-  if (rc == KILN_ECORRUPT) kiln_blob_quarantine(c, digest, kiln_last_error());
+  if (rc == KILN_ECORRUPT) kiln_blob_quarantine(c, digest, kiln_last_error(), 0);
   for (size_t i = 0; rc != KILN_OK && i < c->n_layers; i++)
     rc = kiln_blob_read(c->layers[i].dir, digest, UINT64_MAX, out, out_size);
   if (rc != KILN_OK) return kiln_fail(KILN_ENOTFOUND, "no blob %s in any cache layer", digest);

@@ -298,20 +298,29 @@ out:
   return rc;
 }
 
+static int selected(const kiln_build_options *o, const char *name) {
+  if (o->units) {
+    for (size_t i = 0; i < o->n_units; i++)
+      if (o->units[i] && strcmp(o->units[i], name) == 0) return 1;
+    return 0;
+  }
+  return !o->kernels_glob || fnmatch(o->kernels_glob, name, 0) == 0;
+}
+
 static kiln_status make_plan(kiln_build_summary *s, const kiln_build_options *o) {
   size_t n = 0;
   for (size_t u = 0; u < kiln_unit_count(); u++)
-    if (!o->kernels_glob || fnmatch(o->kernels_glob, kiln_unit_at(u)->name, 0) == 0) n++;
+    if (selected(o, kiln_unit_at(u)->name)) n++;
   if (n == 0) {
     char names[1024];
     return kiln_fail(KILN_ENOTFOUND, "--kernels '%s' matches no unit; units are: %s",
-                     o->kernels_glob, kiln_unit_names(names, sizeof names));
+                     o->units ? "(list)" : o->kernels_glob, kiln_unit_names(names, sizeof names));
   }
   s->items = calloc(n * o->n_targets, sizeof *s->items);
   if (!s->items) return kiln_fail(KILN_ENOMEM, "out of memory");
   for (size_t u = 0; u < kiln_unit_count(); u++) {
     const kiln_unit_info *unit = kiln_unit_at(u);
-    if (o->kernels_glob && fnmatch(o->kernels_glob, unit->name, 0) != 0) continue;
+    if (!selected(o, unit->name)) continue;
     for (size_t t = 0; t < o->n_targets; t++) {
       kiln_build_item *it = &s->items[s->n_items++];
       it->unit = unit;

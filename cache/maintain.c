@@ -185,7 +185,7 @@ static void verify_blob(const char *path, const char *digest, const struct stat 
   if (rc == KILN_OK) return;
   add_issue(v, path, rc == KILN_ECORRUPT ? "content does not match its digest (quarantined)"
                                          : kiln_last_error());
-  if (rc == KILN_ECORRUPT) kiln_blob_quarantine(v->c, digest, "verify: digest mismatch");
+  if (rc == KILN_ECORRUPT) kiln_blob_quarantine(v->c, digest, "verify: digest mismatch", 0);
 }
 
 /* Records whose blob is missing or whose size disagrees with the blob. */
@@ -205,7 +205,7 @@ static void verify_records(verify_ctx *v) {
     add_issue(v, path,
               stat(path, &st) != 0 ? "record's blob is missing (record dropped)"
                                    : "blob size differs from the record (truncated; quarantined)");
-    kiln_blob_quarantine(v->c, recs[i].digest, "verify: missing or truncated");
+    kiln_blob_quarantine(v->c, recs[i].digest, "verify: missing or truncated", 0);
   }
   free(recs);
 }

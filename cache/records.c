@@ -96,7 +96,8 @@ kiln_status kiln_cache_get(kiln_cache *c, const char *key, kiln_record *out_rec,
       return rc; /* an io error (EMFILE, EIO) says nothing about the bytes */
     } else if (i == 0) {
       /* Never hand bad bytes on: quarantine, drop the record, read as a miss. */
-      kiln_blob_quarantine(c, rec.digest, rc == KILN_ENOTFOUND ? "blob missing" : kiln_last_error());
+      kiln_blob_quarantine(c, rec.digest, rc == KILN_ENOTFOUND ? "blob missing" : kiln_last_error(),
+                           0);
     } else {
       kiln_log(KILN_LOG_WARN, "read-only layer %s: record %.12s has a bad blob (%s); skipped",
                l->dir, key, kiln_last_error());
@@ -263,4 +264,72 @@ kiln_status kiln_cache_unpin(kiln_cache *c, const char *key) {
   }
   sqlite3_finalize(st);
   return r == SQLITE_DONE ? KILN_OK : kiln_sql_fail(c->primary.db, r, "unpin");
+}
+
+kiln_status kiln_cache_quarantine(kiln_cache *c, const char *digest, const char *why) {
+  if (!c || !digest || !kiln_is_hex64(digest))
+    return kiln_fail(KILN_EINVAL, "kiln_cache_quarantine: bad digest");
+  return kiln_blob_quarantine(c, digest, why ? why : "quarantined by the caller", 1);
+}
+
+/* Appends the records of one layer for (unit, options) whose key is the key
+ * of today's sources. */
+static kiln_status find_unit_in(sqlite3 *db, int layer, const kiln_unit_info *unit,
+                                const char *options, kiln_record **recs, size_t *n, size_t *cap) {
+  sqlite3_stmt *st = NULL;
+  kiln_status rc = KILN_OK;
+  int r = sqlite3_prepare_v2(db,
+                             "SELECT " KILN_RECORD_COLUMNS
+                             " FROM records WHERE unit = ?1 AND options = ?2 ORDER BY target",
+                             -1, &st, NULL);
+  if (r != SQLITE_OK) return kiln_sql_fail(db, r, "look up unit records");
+  sqlite3_bind_text(st, 1, unit->name, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 2, options, -1, SQLITE_STATIC);
+  while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+    kiln_record rec;
+    char want[65];
+    kiln_record_from_row(&rec, st, layer);
+    /* The key covers the unit's bytes: a record built from other sources
+     * (another kiln version) does not match and is not this unit's code. */
+    if (kiln_cache_key(want, unit, rec.target, rec.options, rec.toolchain) != KILN_OK ||
+        strcmp(want, rec.key) != 0)
+      continue;
+    if (*n == *cap) {
+      size_t nc = *cap ? *cap * 2 : 16;
+      kiln_record *nr = realloc(*recs, nc * sizeof *nr);
+      if (!nr) {
+        rc = kiln_fail(KILN_ENOMEM, "out of memory");
+        break;
+      }
+      *recs = nr;
+      *cap = nc;
+    }
+    (*recs)[(*n)++] = rec;
+  }
+  if (rc == KILN_OK && r != SQLITE_DONE) rc = kiln_sql_fail(db, r, "look up unit records");
+  sqlite3_finalize(st);
+  return rc;
+}
+
+kiln_status kiln_cache_find_unit(kiln_cache *c, const kiln_unit_info *unit, const char *options,
+                                 kiln_record **out, size_t *n) {
+  size_t cap = 0;
+  kiln_status rc = KILN_OK;
+  if (!c || !unit || !options || !out || !n)
+    return kiln_fail(KILN_EINVAL, "kiln_cache_find_unit: NULL argument");
+  *out = NULL;
+  *n = 0;
+  pthread_mutex_lock(&c->lock);
+  rc = find_unit_in(c->primary.db, 0, unit, options, out, n, &cap);
+  pthread_mutex_unlock(&c->lock);
+  for (size_t i = 0; rc == KILN_OK && i < c->n_layers; i++)
+    if (find_unit_in(c->layers[i].db, (int)i + 1, unit, options, out, n, &cap) != KILN_OK)
+      kiln_log(KILN_LOG_WARN, "read-only layer %s: %s; skipped", c->layers[i].dir,
+               kiln_last_error());
+  if (rc != KILN_OK) {
+    free(*out);
+    *out = NULL;
+    *n = 0;
+  }
+  return rc;
 }

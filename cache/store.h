@@ -51,8 +51,9 @@ kiln_status kiln_blob_read(const char *layer_dir, const char *digest, uint64_t w
 /* Writes a blob into the primary layer (no-op if a good copy exists). */
 kiln_status kiln_blob_write(kiln_cache *c, const char *digest, const void *data, size_t len);
 /* Moves a bad blob of the primary layer into quarantine/ and drops the
- * records that reference it. */
-kiln_status kiln_blob_quarantine(kiln_cache *c, const char *digest, const char *why);
+ * records that reference it. Without force, a blob that now verifies (a good
+ * copy rewritten by another process) stays. */
+kiln_status kiln_blob_quarantine(kiln_cache *c, const char *digest, const char *why, int force);
 
 /* Fills rec from a row of "SELECT " KILN_RECORD_COLUMNS. */
 void kiln_record_from_row(kiln_record *rec, sqlite3_stmt *st, int layer);

@@ -66,10 +66,12 @@ typedef struct kiln_build_options {
    * cache directory, under a lease row in its index; the others wait. */
   double lease_stale_s;   /* take over a lease not renewed for this long; <= 0: KILN_LEASE_STALE */
   double wait_timeout_s;  /* give up waiting for another builder after this; <= 0: KILN_BUILD_TIMEOUT */
+  const char *const *units; /* exact unit names (instead of kernels_glob), or NULL */
+  size_t n_units;
 } kiln_build_options;
 
 #define KILN_BUILD_OPTIONS_VERSION 1
-#define KILN_BUILD_OPTIONS_INIT {KILN_BUILD_OPTIONS_VERSION, NULL, 0, NULL, 0, 0, NULL, NULL, 0, 0}
+#define KILN_BUILD_OPTIONS_INIT {KILN_BUILD_OPTIONS_VERSION, NULL, 0, NULL, 0, 0, NULL, NULL, 0, 0, NULL, 0}
 
 /* Builds the plan. KILN_OK when the plan ran (check summary->failed);
  * KILN_ENOTFOUND when the glob matches no unit; other codes when nothing could

@@ -83,6 +83,17 @@ KILN_API kiln_status kiln_cache_get(kiln_cache *cache, const char *key, kiln_rec
 KILN_API kiln_status kiln_cache_put(kiln_cache *cache, kiln_record *rec, const void *blob,
                                     size_t size, const char *log, size_t log_len);
 
+/* Every record of every layer for unit built with options whose key matches
+ * the unit's sources as they are in this libkiln (records of other kiln
+ * versions are left out), primary layer first. *out freed with free(). */
+KILN_API kiln_status kiln_cache_find_unit(kiln_cache *cache, const kiln_unit_info *unit,
+                                          const char *options, kiln_record **out, size_t *n);
+
+/* Moves a blob of the primary layer to quarantine/ and drops the records
+ * that use it, even though its digest verifies (e.g. the driver refused the
+ * bytes or they failed a known-answer test). why is logged. */
+KILN_API kiln_status kiln_cache_quarantine(kiln_cache *cache, const char *digest, const char *why);
+
 /* A failed compile, kept for ttl_s seconds so many callers do not retry it. */
 KILN_API kiln_status kiln_cache_put_failure(kiln_cache *cache, const char *key, const char *unit,
                                             const char *target, const char *log, int ttl_s);

@@ -1,0 +1,145 @@
+/* kiln — the runtime loader: resolve kernels for the local GPU and load them.
+ *
+ * A loader is bound to one CUDA context (a device's primary context, or the
+ * context current on the calling thread at open). For each unit it loads, in
+ * this order (DESIGN.md, "Resolution order"):
+ *   1. the module already loaded in this loader;
+ *   2. the cache layers: CUBIN for exactly sm_XY, then CUBIN for sm_XZ with
+ *      Z < Y (same major), then PTX compute_VW <= XY whose PTX ISA the
+ *      driver accepts (JIT);
+ *   3. a build for exactly sm_XY with NVRTC, done by one process per cache
+ *      directory (a lease row in the index; others wait, bounded);
+ *   4. otherwise a clear error naming the targets the caches hold and the
+ *      `kiln build` command that fixes it. KILN_OFFLINE=1 (or options.offline)
+ *      turns step 3 into this error.
+ * A blob the driver rejects as a bad image is quarantined and the next
+ * candidate tried; nothing is retried in a loop.
+ *
+ * Thread-safe: one loader may be shared by every thread of a process; each
+ * module is loaded once per loader. libcuda is loaded with dlopen, so a
+ * process that links libkiln runs on a machine without a driver (open then
+ * fails with KILN_EDRIVER). See docs/loader.md. */
+#ifndef KILN_LOADER_H
+#define KILN_LOADER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln/api.h"
+#include "kiln/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The driver's handle types, spelled as cuda.h spells them, so callers that
+ * include cuda.h pass CUcontext / CUfunction / CUstream directly. */
+struct CUctx_st;
+struct CUfunc_st;
+struct CUstream_st;
+
+typedef struct kiln_loader kiln_loader;
+/* A communicator for multi-rank warmup (include/kiln/comm.h). */
+typedef struct kiln_comm kiln_comm;
+
+/* What the driver says about one device. */
+typedef struct kiln_device_info {
+  int ordinal;
+  char name[128];
+  int cc_major, cc_minor;     /* compute capability, e.g. 9.0 */
+  int sm_count;               /* multiprocessors */
+  uint64_t total_mem;         /* bytes */
+  int driver_version;         /* CUDA version of the driver, e.g. 12080 for 12.8 */
+  int ptx_isa;                /* highest PTX ISA it can JIT, x10: 87 for PTX 8.7 */
+} kiln_device_info;
+
+/* Number of CUDA devices; KILN_EDRIVER (with the reason) when there is no
+ * usable driver. KILN_CUDA_LIBRARY names another libcuda to load. */
+KILN_API kiln_status kiln_device_count(int *out);
+KILN_API kiln_status kiln_device_get_info(int ordinal, kiln_device_info *out);
+/* The highest PTX ISA (x10) a driver of this CUDA version accepts, e.g.
+ * 12080 -> 87, 13000 -> 90; a version newer than kiln knows gets the newest
+ * ISA kiln knows. */
+KILN_API int kiln_driver_ptx_isa(int driver_version);
+
+#define KILN_LOADER_CURRENT_CONTEXT (-1)
+
+typedef struct kiln_loader_options {
+  int version;               /* KILN_LOADER_OPTIONS_VERSION */
+  int device;                /* ordinal, or KILN_LOADER_CURRENT_CONTEXT */
+  const char *cache_dir;     /* primary (read-write) directory; NULL: KILN_CACHE_DIR ... */
+  const char *ro_path;       /* read-only layers, colon-separated; NULL: KILN_CACHE_PATH */
+  int offline;               /* 1: never build; 0: may build; -1: KILN_OFFLINE (default 0) */
+  int log_level;             /* a kiln_log_level to set process-wide, or -1: leave it */
+  double lease_stale_s;      /* a build lease this old is taken over; <= 0: KILN_LEASE_STALE (30) */
+  double build_timeout_s;    /* longest wait for one build, own or another process's;
+                                <= 0: KILN_BUILD_TIMEOUT (1800) */
+  int jobs;                  /* compile threads; <= 0: KILN_JOBS or the core count */
+} kiln_loader_options;
+
+#define KILN_LOADER_OPTIONS_VERSION 1
+#define KILN_LOADER_OPTIONS_INIT {KILN_LOADER_OPTIONS_VERSION, 0, NULL, NULL, -1, -1, 0, 0, 0}
+
+/* Opens a loader: loads libcuda, picks the device (retaining its primary
+ * context) or the current context, opens the cache. Nothing is loaded yet. */
+KILN_API kiln_status kiln_loader_open(kiln_loader **out, const kiln_loader_options *opts);
+/* Unloads every module and releases the context. NULL is fine. Launches
+ * still queued on streams must have finished. */
+KILN_API void kiln_loader_close(kiln_loader *l);
+
+/* The device the loader is bound to. */
+KILN_API kiln_status kiln_loader_device(kiln_loader *l, kiln_device_info *out);
+
+/* Resolves and loads one unit (a name from kiln_unit_at / `kiln list`). */
+KILN_API kiln_status kiln_loader_resolve(kiln_loader *l, const char *unit);
+/* Resolves and loads every unit. comm NULL: this process alone (misses are
+ * built under the cache directory's leases); otherwise the multi-rank
+ * protocol of include/kiln/comm.h. */
+KILN_API kiln_status kiln_loader_warmup(kiln_loader *l, const kiln_comm *comm);
+
+/* The CUfunction of an entry point (e.g. "kiln_scaled_softmax_fwd_bf16_w8"),
+ * resolving its unit first if needed. KILN_ENOTFOUND for an unknown name. */
+KILN_API kiln_status kiln_loader_function(kiln_loader *l, const char *entry,
+                                          struct CUfunc_st **out);
+
+/* Where a loaded unit came from. */
+typedef enum kiln_load_source {
+  KILN_LOAD_NONE = 0,       /* not loaded */
+  KILN_LOAD_EXACT = 1,      /* CUBIN for exactly this arch */
+  KILN_LOAD_COMPATIBLE = 2, /* CUBIN for a lower minor of the same major */
+  KILN_LOAD_PTX = 3,        /* PTX, compiled by the driver's JIT */
+  KILN_LOAD_BUILT = 4,      /* built now (by this process or another) for this arch */
+} kiln_load_source;
+
+typedef struct kiln_unit_load {
+  char unit[64];
+  kiln_load_source source;
+  char target[16];  /* "sm_90", "compute_80" */
+  char digest[65];  /* the blob loaded */
+  int layer;        /* 0 primary, 1.. read-only layers */
+  double ms;        /* resolve + load wall time */
+} kiln_unit_load;
+
+/* KILN_ENOTFOUND if the unit is not loaded (yet). */
+KILN_API kiln_status kiln_loader_unit_load(kiln_loader *l, const char *unit, kiln_unit_load *out);
+/* "exact CUBIN", "compatible CUBIN", "PTX JIT", "built", "not loaded". */
+KILN_API const char *kiln_load_source_str(kiln_load_source s);
+
+/* Known-answer test of every entry point of every loaded unit: a tiny input
+ * run on the GPU and compared with a CPU reference. A unit with a failing
+ * entry point has its blob quarantined and is unloaded (the next resolve
+ * rebuilds or picks another candidate). KILN_OK when everything passed;
+ * KILN_ECORRUPT naming the first failure otherwise. */
+typedef struct kiln_verify_summary {
+  size_t entries;  /* entry points run */
+  size_t failed;   /* entry points whose result was wrong */
+  size_t units_quarantined;
+  char first_failure[256];
+} kiln_verify_summary;
+
+KILN_API kiln_status kiln_loader_verify(kiln_loader *l, kiln_verify_summary *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,217 @@
+/* libcuda loaded with dlopen; entry points through cuGetProcAddress. */
+#include "loader/driver.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "common/logging.h"
+#include "common/params.h"
+
+/* Every entry point is asked for at the ABI of this CUDA version: the
+ * signatures in kiln_cuda_api are those of CUDA 12.0 (and 11.x, for the ones
+ * used here). */
+#define KILN_CUDA_ABI 12000
+
+typedef CUresult (*get_proc_v2_fn)(const char *, void **, int, cuuint64_t,
+                                   CUdriverProcAddressQueryResult *);
+typedef CUresult (*get_proc_v1_fn)(const char *, void **, int, cuuint64_t);
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static kiln_cuda_api api;
+static kiln_status load_rc = KILN_EDRIVER;
+static char load_error[512];
+
+static CUresult get_proc(void *h, const char *sym, void **pfn) {
+  static get_proc_v2_fn v2;
+  static get_proc_v1_fn v1;
+  if (!v2 && !v1) {
+    *(void **)&v2 = dlsym(h, "cuGetProcAddress_v2");
+    if (!v2) *(void **)&v1 = dlsym(h, "cuGetProcAddress");
+  }
+  *pfn = NULL;
+  if (v2) {
+    CUdriverProcAddressQueryResult q = CU_GET_PROC_ADDRESS_SUCCESS;
+    CUresult r = v2(sym, pfn, KILN_CUDA_ABI, CU_GET_PROC_ADDRESS_DEFAULT, &q);
+    return r == CUDA_SUCCESS && (q != CU_GET_PROC_ADDRESS_SUCCESS || !*pfn) ? CUDA_ERROR_NOT_FOUND : r;
+  }
+  if (v1) {
+    CUresult r = v1(sym, pfn, KILN_CUDA_ABI, CU_GET_PROC_ADDRESS_DEFAULT);
+    return r == CUDA_SUCCESS && !*pfn ? CUDA_ERROR_NOT_FOUND : r;
+  }
+  return CUDA_ERROR_NOT_FOUND;
+}
+
+#define SYM(field, name)                                                                           \
+  do {                                                                                             \
+    if (get_proc(h, name, (void **)&api.field) != CUDA_SUCCESS) {                                  \
+      snprintf(load_error, sizeof load_error,                                                      \
+               "%s has no %s (a CUDA driver older than 11.3 lacks cuGetProcAddress): "          \
+               "update the NVIDIA driver",                                                         \
+               api.path, name);                                                                    \
+      return KILN_EDRIVER;                                                                         \
+    }                                                                                              \
+  } while (0)
+
+static kiln_status fill(void *h) {
+  CUresult r;
+  SYM(Init, "cuInit");
+  SYM(DriverGetVersion, "cuDriverGetVersion");
+  SYM(GetErrorName, "cuGetErrorName");
+  SYM(GetErrorString, "cuGetErrorString");
+  SYM(DeviceGetCount, "cuDeviceGetCount");
+  SYM(DeviceGet, "cuDeviceGet");
+  SYM(DeviceGetName, "cuDeviceGetName");
+  SYM(DeviceGetAttribute, "cuDeviceGetAttribute");
+  SYM(DeviceTotalMem, "cuDeviceTotalMem");
+  SYM(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+  SYM(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease");
+  SYM(CtxGetCurrent, "cuCtxGetCurrent");
+  SYM(CtxPushCurrent, "cuCtxPushCurrent");
+  SYM(CtxPopCurrent, "cuCtxPopCurrent");
+  SYM(CtxGetDevice, "cuCtxGetDevice");
+  SYM(CtxSynchronize, "cuCtxSynchronize");
+  SYM(ModuleLoadDataEx, "cuModuleLoadDataEx");
+  SYM(ModuleUnload, "cuModuleUnload");
+  SYM(ModuleGetFunction, "cuModuleGetFunction");
+  SYM(LaunchKernel, "cuLaunchKernel");
+  SYM(MemAlloc, "cuMemAlloc");
+  SYM(MemFree, "cuMemFree");
+  SYM(MemcpyHtoD, "cuMemcpyHtoD");
+  SYM(MemcpyDtoH, "cuMemcpyDtoH");
+  SYM(MemcpyDtoD, "cuMemcpyDtoD");
+  SYM(MemsetD8, "cuMemsetD8");
+  SYM(StreamSynchronize, "cuStreamSynchronize");
+  SYM(EventCreate, "cuEventCreate");
+  SYM(EventDestroy, "cuEventDestroy");
+  SYM(EventRecord, "cuEventRecord");
+  SYM(EventSynchronize, "cuEventSynchronize");
+  SYM(EventElapsedTime, "cuEventElapsedTime");
+  r = api.Init(0);
+  if (r != CUDA_SUCCESS) {
+    const char *name = NULL, *text = NULL;
+    api.GetErrorName(r, &name);
+    api.GetErrorString(r, &text);
+    snprintf(load_error, sizeof load_error, "cuInit failed: %s (%s)%s", name ? name : "?",
+             text ? text : "?",
+             r == CUDA_ERROR_NO_DEVICE ? ": no CUDA device is visible (check CUDA_VISIBLE_DEVICES)"
+                                       : "");
+    return KILN_EDRIVER;
+  }
+  if (api.DriverGetVersion(&api.driver_version) != CUDA_SUCCESS) {
+    snprintf(load_error, sizeof load_error, "cuDriverGetVersion failed");
+    return KILN_EDRIVER;
+  }
+  return KILN_OK;
+}
+
+static void load(void) {
+  const char *candidates[] = {kiln_param_cuda_library(), "libcuda.so.1", "libcuda.so"};
+  char tried[384] = "";
+  for (size_t i = 0; i < sizeof candidates / sizeof *candidates; i++) {
+    const char *c = candidates[i];
+    void *h;
+    if (!c || !*c) continue;
+    h = dlopen(c, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+      size_t n = strlen(tried);
+      snprintf(tried + n, sizeof tried - n, "%s%s", n ? ", " : "", c);
+      if (c == candidates[0]) break; /* an explicit library is the only one tried */
+      continue;
+    }
+    snprintf(api.path, sizeof api.path, "%s", c);
+    load_rc = fill(h);
+    if (load_rc == KILN_OK) {
+      kiln_log(KILN_LOG_DEBUG, "loaded CUDA driver %d.%d from %s", api.driver_version / 1000,
+               api.driver_version % 1000 / 10, c);
+      return;
+    }
+    /* Kept open: a library that cuInit'ed may have started threads. */
+    return;
+  }
+  snprintf(load_error, sizeof load_error,
+           "no CUDA driver: could not load %s (this machine has no NVIDIA driver, or it is not "
+           "on the library path; KILN_CUDA_LIBRARY names libcuda.so.1 explicitly)",
+           tried);
+}
+
+kiln_status kiln_cuda(const kiln_cuda_api **out) {
+  pthread_once(&once, load);
+  if (load_rc != KILN_OK) return kiln_fail(load_rc, "%s", load_error);
+  *out = &api;
+  return KILN_OK;
+}
+
+const char *kiln_cuda_error_name(CUresult r) {
+  static __thread char buf[32];
+  const char *name = NULL;
+  if (api.GetErrorName && api.GetErrorName(r, &name) == CUDA_SUCCESS && name) return name;
+  snprintf(buf, sizeof buf, "CUDA error %d", (int)r);
+  return buf;
+}
+
+kiln_status kiln_cuda_fail(CUresult r, const char *what) {
+  const char *text = NULL;
+  if (api.GetErrorString) api.GetErrorString(r, &text);
+  return kiln_fail(KILN_EDRIVER, "%s: %s (%s)", what, kiln_cuda_error_name(r), text ? text : "?");
+}
+
+/* PTX ISA by CUDA release (docs/loader.md): each release raises it. */
+int kiln_driver_ptx_isa(int v) {
+  static const int table[][2] = {
+      {11000, 70}, {11010, 71}, {11020, 72}, {11030, 73}, {11040, 74}, {11050, 75},
+      {11060, 76}, {11070, 77}, {11080, 78}, {12000, 80}, {12010, 81}, {12020, 82},
+      {12030, 83}, {12040, 84}, {12050, 85}, {12060, 85}, {12080, 87}, {12090, 88},
+      {13000, 90}, {13010, 91},
+  };
+  int isa = 0;
+  for (size_t i = 0; i < sizeof table / sizeof *table; i++)
+    if (v >= table[i][0]) isa = table[i][1];
+  return isa;
+}
+
+kiln_status kiln_device_count(int *out) {
+  const kiln_cuda_api *cu;
+  kiln_status rc;
+  CUresult r;
+  if (!out) return kiln_fail(KILN_EINVAL, "kiln_device_count: out is NULL");
+  *out = 0;
+  KILN_CHECK(kiln_cuda(&cu));
+  r = cu->DeviceGetCount(out);
+  if (r != CUDA_SUCCESS) rc = kiln_cuda_fail(r, "cuDeviceGetCount");
+out:
+  return rc;
+}
+
+kiln_status kiln_device_get_info(int ordinal, kiln_device_info *out) {
+  const kiln_cuda_api *cu;
+  CUdevice dev;
+  size_t mem = 0;
+  kiln_status rc;
+  int n = 0;
+  if (!out) return kiln_fail(KILN_EINVAL, "kiln_device_get_info: out is NULL");
+  memset(out, 0, sizeof *out);
+  KILN_CHECK(kiln_device_count(&n));
+  if (ordinal < 0 || ordinal >= n)
+    return kiln_fail(KILN_EINVAL, "no CUDA device %d: this machine has %d (0..%d)", ordinal, n,
+                     n - 1);
+  KILN_CHECK(kiln_cuda(&cu));
+  CU_CHECK(cu->DeviceGet(&dev, ordinal), "cuDeviceGet");
+  CU_CHECK(cu->DeviceGetName(out->name, sizeof out->name, dev), "cuDeviceGetName");
+  out->name[sizeof out->name - 1] = '\0';
+  CU_CHECK(cu->DeviceGetAttribute(&out->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev),
+           "cuDeviceGetAttribute(compute capability major)");
+  CU_CHECK(cu->DeviceGetAttribute(&out->cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev),
+           "cuDeviceGetAttribute(compute capability minor)");
+  CU_CHECK(cu->DeviceGetAttribute(&out->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
+           "cuDeviceGetAttribute(multiprocessor count)");
+  CU_CHECK(cu->DeviceTotalMem(&mem, dev), "cuDeviceTotalMem");
+  out->ordinal = ordinal;
+  out->total_mem = mem;
+  out->driver_version = cu->driver_version;
+  out->ptx_isa = kiln_driver_ptx_isa(cu->driver_version);
+out:
+  return rc;
+}

@@ -1,0 +1,254 @@
+/* The loader's lifetime: open on a device or the current context, close,
+ * entry-point lookup, and what it loaded. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "common/logging.h"
+#include "common/params.h"
+#include "kiln/build.h"
+#include "loader/loader_internal.h"
+
+kiln_status kiln_ctx_enter(kiln_loader *l, int *pushed) {
+  CUcontext cur = NULL;
+  kiln_status rc = KILN_OK;
+  *pushed = 0;
+  CU_CHECK(l->cu->CtxGetCurrent(&cur), "cuCtxGetCurrent");
+  if (cur != l->ctx) {
+    CU_CHECK(l->cu->CtxPushCurrent(l->ctx), "cuCtxPushCurrent");
+    *pushed = 1;
+  }
+out:
+  return rc;
+}
+
+void kiln_ctx_leave(kiln_loader *l, int pushed) {
+  CUcontext popped;
+  if (pushed) l->cu->CtxPopCurrent(&popped);
+}
+
+static kiln_status bind_context(kiln_loader *l, int device) {
+  kiln_status rc = KILN_OK;
+  int ordinal = device;
+  if (device == KILN_LOADER_CURRENT_CONTEXT) {
+    CU_CHECK(l->cu->CtxGetCurrent(&l->ctx), "cuCtxGetCurrent");
+    if (!l->ctx)
+      return kiln_fail(KILN_EINVAL, "kiln_loader_open: no CUDA context is current on this "
+                                    "thread (make one current first, or open by device ordinal)");
+    CU_CHECK(l->cu->CtxGetDevice(&l->dev), "cuCtxGetDevice");
+    ordinal = (int)l->dev; /* a CUdevice is its ordinal */
+  } else {
+    KILN_CHECK(kiln_device_get_info(device, &l->info)); /* checks the ordinal */
+    CU_CHECK(l->cu->DeviceGet(&l->dev, device), "cuDeviceGet");
+    CU_CHECK(l->cu->DevicePrimaryCtxRetain(&l->ctx, l->dev), "cuDevicePrimaryCtxRetain");
+    l->retained = 1;
+  }
+  KILN_CHECK(kiln_device_get_info(ordinal, &l->info));
+  l->cc = l->info.cc_major * 10 + l->info.cc_minor;
+out:
+  return rc;
+}
+
+static kiln_status settings(kiln_loader *l, const kiln_loader_options *o) {
+  kiln_status rc = KILN_OK;
+  l->offline = o->offline;
+  if (l->offline < 0) KILN_CHECK(kiln_param_offline(&l->offline));
+  l->stale_s = o->lease_stale_s;
+  if (l->stale_s <= 0) KILN_CHECK(kiln_param_lease_stale_s(&l->stale_s));
+  l->timeout_s = o->build_timeout_s;
+  if (l->timeout_s <= 0) KILN_CHECK(kiln_param_build_timeout_s(&l->timeout_s));
+  l->jobs = o->jobs;
+  if (o->log_level >= KILN_LOG_ERROR && o->log_level <= KILN_LOG_DEBUG)
+    kiln_log_set_level((kiln_log_level)o->log_level);
+out:
+  return rc;
+}
+
+kiln_status kiln_loader_open(kiln_loader **out, const kiln_loader_options *opts) {
+  kiln_loader_options dflt = KILN_LOADER_OPTIONS_INIT;
+  kiln_cache_options co = KILN_CACHE_OPTIONS_INIT;
+  kiln_loader *l = NULL;
+  kiln_status rc;
+  if (!out) return kiln_fail(KILN_EINVAL, "kiln_loader_open: out is NULL");
+  *out = NULL;
+  if (!opts) opts = &dflt;
+  if (opts->version != KILN_LOADER_OPTIONS_VERSION)
+    return kiln_fail(KILN_EINVAL, "kiln_loader_options: unknown version %d", opts->version);
+  if (opts->device < KILN_LOADER_CURRENT_CONTEXT)
+    return kiln_fail(KILN_EINVAL, "kiln_loader_options: device %d is not an ordinal", opts->device);
+  l = calloc(1, sizeof *l);
+  if (!l) return kiln_fail(KILN_ENOMEM, "out of memory");
+  pthread_mutex_init(&l->lock, NULL);
+  KILN_CHECK(settings(l, opts));
+  KILN_CHECK(kiln_cuda(&l->cu));
+  KILN_CHECK(bind_context(l, opts->device));
+  co.dir = opts->cache_dir;
+  co.ro_path = opts->ro_path;
+  KILN_CHECK(kiln_cache_open(&l->cache, &co));
+  l->n_units = kiln_unit_count();
+  l->units = calloc(l->n_units ? l->n_units : 1, sizeof *l->units);
+  if (!l->units) {
+    rc = kiln_fail(KILN_ENOMEM, "out of memory");
+    goto out;
+  }
+  for (size_t u = 0; u < l->n_units; u++) {
+    l->units[u].unit = kiln_unit_at(u);
+    l->units[u].fns = calloc(l->units[u].unit->n_entries + 1, sizeof(CUfunction));
+    if (!l->units[u].fns) {
+      rc = kiln_fail(KILN_ENOMEM, "out of memory");
+      goto out;
+    }
+  }
+  kiln_log(KILN_LOG_DEBUG, "loader on device %d (%s, sm_%d, driver %d, PTX ISA %d.%d), cache %s",
+           l->info.ordinal, l->info.name, l->cc, l->info.driver_version, l->info.ptx_isa / 10,
+           l->info.ptx_isa % 10, kiln_cache_dir(l->cache));
+  *out = l;
+  l = NULL;
+out:
+  kiln_loader_close(l);
+  return rc;
+}
+
+void kiln_unload_locked(kiln_loader *l, size_t u) {
+  kiln_unit_slot *s = &l->units[u];
+  int pushed = 0;
+  if (!s->module) return;
+  for (size_t e = 0; e < s->unit->n_entries; e++) __atomic_store_n(&s->fns[e], NULL, __ATOMIC_RELEASE);
+  if (kiln_ctx_enter(l, &pushed) == KILN_OK) {
+    l->cu->ModuleUnload(s->module);
+    kiln_ctx_leave(l, pushed);
+  }
+  s->module = NULL;
+  memset(&s->load, 0, sizeof s->load);
+}
+
+void kiln_loader_close(kiln_loader *l) {
+  if (!l) return;
+  if (l->units) {
+    for (size_t u = 0; u < l->n_units; u++) {
+      if (l->ctx) kiln_unload_locked(l, u);
+      free(l->units[u].fns);
+    }
+    free(l->units);
+  }
+  if (l->retained) l->cu->DevicePrimaryCtxRelease(l->dev);
+  kiln_cache_close(l->cache);
+  pthread_mutex_destroy(&l->lock);
+  free(l);
+}
+
+kiln_status kiln_loader_device(kiln_loader *l, kiln_device_info *out) {
+  if (!l || !out) return kiln_fail(KILN_EINVAL, "kiln_loader_device: NULL argument");
+  *out = l->info;
+  return KILN_OK;
+}
+
+static kiln_status unit_index(const char *name, size_t *out) {
+  char names[1024];
+  for (size_t u = 0; u < kiln_unit_count(); u++)
+    if (strcmp(kiln_unit_at(u)->name, name) == 0) {
+      *out = u;
+      return KILN_OK;
+    }
+  return kiln_fail(KILN_ENOTFOUND, "no kernel unit '%s'; units are: %s", name,
+                   kiln_unit_names(names, sizeof names));
+}
+
+kiln_status kiln_loader_resolve(kiln_loader *l, const char *unit) {
+  kiln_status rc;
+  size_t u = 0;
+  if (!l || !unit) return kiln_fail(KILN_EINVAL, "kiln_loader_resolve: NULL argument");
+  KILN_CHECK(unit_index(unit, &u));
+  pthread_mutex_lock(&l->lock);
+  rc = kiln_resolve_locked(l, u);
+  pthread_mutex_unlock(&l->lock);
+out:
+  return rc;
+}
+
+kiln_status kiln_loader_warmup(kiln_loader *l, const kiln_comm *comm) {
+  size_t *all;
+  kiln_status rc;
+  if (!l) return kiln_fail(KILN_EINVAL, "kiln_loader_warmup: loader is NULL");
+  if (comm)
+    return kiln_fail(KILN_EUNSUPPORTED, "kiln_loader_warmup: this libkiln has no multi-rank "
+                                        "protocol yet; pass NULL (single-process warmup)");
+  all = malloc((l->n_units ? l->n_units : 1) * sizeof *all);
+  if (!all) return kiln_fail(KILN_ENOMEM, "out of memory");
+  for (size_t u = 0; u < l->n_units; u++) all[u] = u;
+  rc = kiln_resolve_many(l, all, l->n_units);
+  free(all);
+  return rc;
+}
+
+kiln_status kiln_loader_entry(kiln_loader *l, size_t u, size_t e, CUfunction *out) {
+  kiln_unit_slot *s = &l->units[u];
+  kiln_status rc = KILN_OK;
+  CUfunction f = __atomic_load_n(&s->fns[e], __ATOMIC_ACQUIRE);
+  int pushed = 0;
+  if (f) {
+    *out = f;
+    return KILN_OK;
+  }
+  pthread_mutex_lock(&l->lock);
+  KILN_CHECK(kiln_resolve_locked(l, u));
+  f = s->fns[e];
+  if (!f) {
+    KILN_CHECK(kiln_ctx_enter(l, &pushed));
+    CUresult r = l->cu->ModuleGetFunction(&f, s->module, s->unit->entries[e].name);
+    kiln_ctx_leave(l, pushed);
+    if (r != CUDA_SUCCESS) {
+      char what[192];
+      snprintf(what, sizeof what, "cuModuleGetFunction(%s) in %s %s", s->unit->entries[e].name,
+               s->unit->name, s->load.target);
+      rc = kiln_cuda_fail(r, what);
+      goto out;
+    }
+    __atomic_store_n(&s->fns[e], f, __ATOMIC_RELEASE);
+  }
+  *out = f;
+out:
+  pthread_mutex_unlock(&l->lock);
+  return rc;
+}
+
+kiln_status kiln_loader_function(kiln_loader *l, const char *entry, struct CUfunc_st **out) {
+  if (!l || !entry || !out) return kiln_fail(KILN_EINVAL, "kiln_loader_function: NULL argument");
+  *out = NULL;
+  for (size_t u = 0; u < l->n_units; u++) {
+    const kiln_unit_info *unit = l->units[u].unit;
+    size_t len = strlen(unit->name);
+    /* entry names are kiln_<unit>_...: skip units that cannot hold it */
+    if (strncmp(entry, "kiln_", 5) != 0 || strncmp(entry + 5, unit->name, len) != 0 ||
+        entry[5 + len] != '_')
+      continue;
+    for (size_t e = 0; e < unit->n_entries; e++)
+      if (strcmp(unit->entries[e].name, entry) == 0) return kiln_loader_entry(l, u, e, out);
+  }
+  return kiln_fail(KILN_ENOTFOUND, "no entry point '%s' (see `kiln list`)", entry);
+}
+
+kiln_status kiln_loader_unit_load(kiln_loader *l, const char *unit, kiln_unit_load *out) {
+  kiln_status rc;
+  size_t u = 0;
+  if (!l || !unit || !out) return kiln_fail(KILN_EINVAL, "kiln_loader_unit_load: NULL argument");
+  KILN_CHECK(unit_index(unit, &u));
+  pthread_mutex_lock(&l->lock);
+  *out = l->units[u].load;
+  rc = l->units[u].module ? KILN_OK : KILN_ENOTFOUND;
+  pthread_mutex_unlock(&l->lock);
+  if (rc != KILN_OK) rc = kiln_fail(rc, "%s is not loaded", unit);
+out:
+  return rc;
+}
+
+const char *kiln_load_source_str(kiln_load_source s) {
+  switch (s) {
+  case KILN_LOAD_EXACT: return "exact CUBIN";
+  case KILN_LOAD_COMPATIBLE: return "compatible CUBIN";
+  case KILN_LOAD_PTX: return "PTX JIT";
+  case KILN_LOAD_BUILT: return "built";
+  default: return "not loaded";
+  }
+}

@@ -1,0 +1,50 @@
+/* Internal: the loader state, shared by the files of loader/. */
+#ifndef KILN_LOADER_INTERNAL_H
+#define KILN_LOADER_INTERNAL_H
+
+#include <pthread.h>
+
+#include "kiln/cache.h"
+#include "kiln/kernels.h"
+#include "kiln/loader.h"
+#include "loader/driver.h"
+
+typedef struct kiln_unit_slot {
+  const kiln_unit_info *unit;
+  CUmodule module;       /* NULL until loaded */
+  kiln_unit_load load;   /* where it came from */
+  CUfunction *fns;       /* per entry point, filled lazily; read with acquire loads */
+} kiln_unit_slot;
+
+struct kiln_loader {
+  const kiln_cuda_api *cu;
+  CUcontext ctx;
+  CUdevice dev;
+  int retained;          /* ctx is dev's primary context, retained by us */
+  kiln_device_info info;
+  int cc;                /* 90 for 9.0 */
+  kiln_cache *cache;
+  int offline, jobs;
+  double stale_s, timeout_s;
+  pthread_mutex_t lock;  /* resolution, module loads, unloads */
+  size_t n_units;
+  kiln_unit_slot *units;
+};
+
+/* Makes l's context current for a driver call (pushed only when another one
+ * is current); leave pops it again. */
+kiln_status kiln_ctx_enter(kiln_loader *l, int *pushed);
+void kiln_ctx_leave(kiln_loader *l, int pushed);
+
+/* Resolves and loads units[u] (l->lock held). */
+kiln_status kiln_resolve_locked(kiln_loader *l, size_t u);
+/* Resolves several units; their misses are built together, in parallel. */
+kiln_status kiln_resolve_many(kiln_loader *l, const size_t *units, size_t n);
+/* Unloads units[u] (l->lock held). */
+void kiln_unload_locked(kiln_loader *l, size_t u);
+
+/* The function of entry e of unit u, resolving the unit first if needed.
+ * The fast path is one atomic load. */
+kiln_status kiln_loader_entry(kiln_loader *l, size_t u, size_t e, CUfunction *out);
+
+#endif

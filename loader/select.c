@@ -1,0 +1,91 @@
+/* Artifact selection: what a device can load from the records it has. */
+#include "loader/select.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln/target.h"
+
+int kiln_toolchain_ptx_isa(const char *toolchain) {
+  int ma = 0, mi = 0;
+  if (!toolchain || sscanf(toolchain, "nvrtc-%d.%d", &ma, &mi) != 2) return 0;
+  return kiln_driver_ptx_isa(ma * 1000 + mi * 10);
+}
+
+static void note(char *why, size_t cap, const char *fmt, const char *target, int a, int b) {
+  size_t len = why ? strlen(why) : 0;
+  if (!why || len + 2 >= cap) return;
+  if (len) len += (size_t)snprintf(why + len, cap - len, "; ");
+  if (len < cap) {
+    int n = snprintf(why + len, cap - len, "%s: ", target);
+    if (n > 0 && len + (size_t)n < cap) snprintf(why + len + n, cap - len - n, fmt, a / 10, a % 10, b / 10, b % 10);
+  }
+}
+
+typedef struct ranked {
+  kiln_candidate c;
+  int tier;       /* 0 exact plain, 1 exact arch-specific, 2 compatible, 3 PTX */
+  int arch;
+  int toolchain;  /* 1: the current NVRTC built it */
+  int isa;        /* of the toolchain, as a proxy for its age */
+} ranked;
+
+static int cmp_ranked(const void *pa, const void *pb) {
+  const ranked *a = pa, *b = pb;
+  if (a->tier != b->tier) return a->tier - b->tier;
+  if (a->arch != b->arch) return b->arch - a->arch;
+  if (a->toolchain != b->toolchain) return b->toolchain - a->toolchain;
+  if (a->isa != b->isa) return b->isa - a->isa;
+  return a->c.rec->layer - b->c.rec->layer;
+}
+
+size_t kiln_select(const kiln_record *recs, size_t n, int cc, int driver_isa,
+                   const char *toolchain, kiln_candidate *out, char *why, size_t why_cap) {
+  ranked *r = calloc(n ? n : 1, sizeof *r);
+  size_t m = 0;
+  if (why && why_cap) why[0] = '\0';
+  if (!r) return 0;
+  for (size_t i = 0; i < n; i++) {
+    kiln_target t;
+    ranked *x = &r[m];
+    if (kiln_target_parse(&t, recs[i].target) != KILN_OK) continue;
+    x->c.rec = &recs[i];
+    x->arch = t.arch;
+    x->isa = kiln_toolchain_ptx_isa(recs[i].toolchain);
+    x->toolchain = toolchain && strcmp(toolchain, recs[i].toolchain) == 0;
+    if (t.kind == KILN_TARGET_CUBIN) {
+      if (t.arch == cc) {
+        x->tier = t.arch_specific ? 1 : 0;
+        x->c.source = KILN_LOAD_EXACT;
+      } else if (!t.arch_specific && t.arch / 10 == cc / 10 && t.arch < cc) {
+        x->tier = 2;
+        x->c.source = KILN_LOAD_COMPATIBLE;
+      } else {
+        note(why, why_cap,
+             t.arch / 10 != cc / 10 ? "CUBIN for %d.%d cannot run on %d.%d (another major)"
+                                    : "CUBIN for %d.%d cannot run on %d.%d",
+             recs[i].target, t.arch, cc);
+        continue;
+      }
+    } else {
+      if (t.arch > cc) {
+        note(why, why_cap, "PTX for %d.%d is newer than the GPU's %d.%d", recs[i].target, t.arch,
+             cc);
+        continue;
+      }
+      if (x->isa && x->isa > driver_isa) {
+        note(why, why_cap, "PTX ISA %d.%d is newer than the driver accepts (%d.%d)",
+             recs[i].target, x->isa, driver_isa);
+        continue;
+      }
+      x->tier = 3;
+      x->c.source = KILN_LOAD_PTX;
+    }
+    m++;
+  }
+  qsort(r, m, sizeof *r, cmp_ranked);
+  for (size_t i = 0; i < m; i++) out[i] = r[i].c;
+  free(r);
+  return m;
+}

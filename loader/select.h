@@ -1,0 +1,32 @@
+/* Internal: which cached artifacts a device can load, best first.
+ *
+ * Pure logic over records (no driver, no cache), so it is unit-tested on its
+ * own: exact CUBIN (sm_XY, then sm_XYa) > CUBIN of the same major with a
+ * lower minor (highest first) > PTX compute_VW <= XY whose PTX ISA the
+ * driver accepts (highest VW first). Among records of one target the current
+ * NVRTC's build is preferred, then the newest toolchain. */
+#ifndef KILN_LOADER_SELECT_H
+#define KILN_LOADER_SELECT_H
+
+#include <stddef.h>
+
+#include "kiln/cache.h"
+#include "kiln/loader.h"
+
+typedef struct kiln_candidate {
+  const kiln_record *rec;
+  kiln_load_source source; /* EXACT, COMPATIBLE or PTX */
+} kiln_candidate;
+
+/* The PTX ISA (x10) a toolchain id such as "nvrtc-13.0" emits; 0 if unknown. */
+int kiln_toolchain_ptx_isa(const char *toolchain);
+
+/* Orders the loadable records of recs[0..n) for a device of compute
+ * capability cc (e.g. 90) whose driver JITs PTX up to driver_isa (x10) into
+ * out (room for n); returns how many. `toolchain` is the current NVRTC's id
+ * ("" when there is none). For each record left out, one reason is appended
+ * to why ("sm_100: other major; compute_90: PTX 9.0 > driver's 8.7; ..."). */
+size_t kiln_select(const kiln_record *recs, size_t n, int cc, int driver_isa,
+                   const char *toolchain, kiln_candidate *out, char *why, size_t why_cap);
+
+#endif
