@@ -13,6 +13,7 @@ enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
 int cmd_build(int argc, char **argv);
 int cmd_list(int argc, char **argv);
 int cmd_cache(int argc, char **argv);
+int cmd_warmup(int argc, char **argv);
 
 /* Prints "kiln <verb>: <status detail>" for a failed kiln call and returns the
  * exit status for it (2 for invalid input, 1 otherwise). */

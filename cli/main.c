@@ -13,13 +13,15 @@ static const char *usage =
     "  build   compile kernels for GPU targets into the cache\n"
     "  list    show the kernel units, entry points, dtypes and minimum arch\n"
     "  cache   inspect and maintain the cache (ls, stats, verify, gc, rm)\n"
+    "  warmup  resolve and load every kernel on the local GPU(s) [--verify]\n"
     "\n"
     "options:\n"
     "  --version   print kiln, NVRTC and cache schema versions\n"
     "  -h, --help  this help; 'kiln <command> --help' for a command\n"
     "\n"
     "environment: KILN_CACHE_DIR, KILN_CACHE_PATH, KILN_JOBS, KILN_LOG,\n"
-    "KILN_FAILURE_TTL, KILN_NVRTC_LIBRARY (see README.md).\n";
+    "KILN_FAILURE_TTL, KILN_NVRTC_LIBRARY, KILN_CUDA_LIBRARY, KILN_OFFLINE,\n"
+    "KILN_LEASE_STALE, KILN_BUILD_TIMEOUT (see README.md).\n";
 
 static int version(void) {
   int ma, mi;
@@ -41,6 +43,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "build") == 0) return cmd_build(argc - 1, argv + 1);
   if (strcmp(cmd, "list") == 0) return cmd_list(argc - 1, argv + 1);
   if (strcmp(cmd, "cache") == 0) return cmd_cache(argc - 1, argv + 1);
+  if (strcmp(cmd, "warmup") == 0) return cmd_warmup(argc - 1, argv + 1);
   fprintf(stderr, "kiln: unknown command '%s'\n\n%s", cmd, usage);
   return EXIT_USAGE;
 }

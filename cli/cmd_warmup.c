@@ -1,0 +1,175 @@
+/* kiln warmup: resolve and load every unit on the local GPU(s). */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+
+static const char *usage =
+    "usage: kiln warmup [--device N|all] [--verify] [--cache DIR] [--offline] [--json]\n"
+    "\n"
+    "Resolves and loads every kernel unit for the local GPU(s), as a training\n"
+    "process would: from the cache layers (exact CUBIN, then a compatible CUBIN,\n"
+    "then PTX the driver can JIT), else by building it for exactly this arch\n"
+    "(one process per cache directory builds; others sharing it wait).\n"
+    "\n"
+    "  --device N|all  the CUDA device ordinal, or every device (default: all)\n"
+    "  --verify        also run a tiny known-answer test of every entry point\n"
+    "                  against a CPU reference; a unit that fails is quarantined\n"
+    "  --cache DIR     primary cache directory (default: KILN_CACHE_DIR, else\n"
+    "                  $XDG_CACHE_HOME/kiln, else ~/.cache/kiln); KILN_CACHE_PATH\n"
+    "                  adds read-only layers\n"
+    "  --offline       never build: a unit missing from the caches is an error\n"
+    "                  (as KILN_OFFLINE=1)\n"
+    "  --json          print what was loaded, per device and unit, as JSON\n"
+    "  -h, --help      this help\n"
+    "\n"
+    "Exit status: 0 when every unit loaded (and verified), 1 when any failed or\n"
+    "there is no usable GPU, 2 for bad usage.\n";
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+typedef struct warm_opts {
+  const char *dir;
+  int offline, verify, json;
+} warm_opts;
+
+static json_t *load_json(const kiln_unit_load *u) {
+  json_t *o = json_object();
+  json_object_set_new(o, "unit", json_string(u->unit));
+  json_object_set_new(o, "source", json_string(kiln_load_source_str(u->source)));
+  json_object_set_new(o, "target", json_string(u->target));
+  json_object_set_new(o, "digest", json_string(u->digest));
+  json_object_set_new(o, "layer", json_integer(u->layer));
+  json_object_set_new(o, "ms", json_real(u->ms));
+  return o;
+}
+
+/* Warms one device; prints a line per unit (or adds to arr). 0 or 1. */
+static int warm_device(int ordinal, const warm_opts *w, json_t *arr) {
+  kiln_loader_options o = KILN_LOADER_OPTIONS_INIT;
+  kiln_loader *l = NULL;
+  kiln_device_info dev;
+  kiln_verify_summary vs;
+  json_t *dj = json_object(), *units = json_array();
+  kiln_status st;
+  double t0 = now_ms(), ms;
+  int rc = EXIT_OK;
+  o.device = ordinal;
+  o.cache_dir = w->dir;
+  o.offline = w->offline ? 1 : -1;
+  json_object_set_new(dj, "device", json_integer(ordinal));
+  if ((st = kiln_loader_open(&l, &o)) != KILN_OK) goto fail;
+  kiln_loader_device(l, &dev);
+  json_object_set_new(dj, "name", json_string(dev.name));
+  json_object_set_new(dj, "arch", json_integer(dev.cc_major * 10 + dev.cc_minor));
+  if (!w->json)
+    fprintf(stderr, "kiln warmup: device %d (%s, sm_%d%d): loading %zu units...\n", ordinal,
+            dev.name, dev.cc_major, dev.cc_minor, kiln_unit_count());
+  st = kiln_loader_warmup(l, NULL);
+  ms = now_ms() - t0;
+  for (size_t u = 0; u < kiln_unit_count(); u++) {
+    kiln_unit_load ul;
+    if (kiln_loader_unit_load(l, kiln_unit_at(u)->name, &ul) != KILN_OK) continue;
+    if (w->json) json_array_append_new(units, load_json(&ul));
+    else
+      printf("  %-36s %-17s %-11s %.12s  %.1f ms\n", ul.unit, kiln_load_source_str(ul.source),
+             ul.target, ul.digest, ul.ms);
+  }
+  json_object_set_new(dj, "units", units);
+  units = NULL;
+  json_object_set_new(dj, "wall_ms", json_real(ms));
+  if (st != KILN_OK) goto fail;
+  if (!w->json)
+    printf("kiln warmup: device %d (%s, sm_%d%d): %zu units loaded in %.1f ms\n", ordinal,
+           dev.name, dev.cc_major, dev.cc_minor, kiln_unit_count(), ms);
+  if (w->verify) {
+    st = kiln_loader_verify(l, &vs);
+    json_object_set_new(dj, "verified_entries", json_integer((json_int_t)vs.entries));
+    json_object_set_new(dj, "verify_failures", json_integer((json_int_t)vs.failed));
+    if (st != KILN_OK) goto fail;
+    if (!w->json)
+      printf("kiln warmup: device %d: %zu entry points passed the known-answer test\n", ordinal,
+             vs.entries);
+  }
+  goto out;
+fail:
+  json_object_set_new(dj, "error", json_string(kiln_last_error()));
+  json_object_set_new(dj, "status", json_string(kiln_status_str(st)));
+  fprintf(stderr, "kiln warmup: device %d: %s\n", ordinal, kiln_last_error());
+  rc = EXIT_FAIL;
+out:
+  json_decref(units);
+  json_array_append_new(arr, dj);
+  kiln_loader_close(l);
+  return rc;
+}
+
+int cmd_warmup(int argc, char **argv) {
+  static const struct option longs[] = {
+      {"device", required_argument, 0, 'd'}, {"verify", no_argument, 0, 'v'},
+      {"cache", required_argument, 0, 'c'},  {"offline", no_argument, 0, 'o'},
+      {"json", no_argument, 0, 'J'},         {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  warm_opts w = {NULL, 0, 0, 0};
+  const char *device = "all";
+  json_t *arr = json_array();
+  kiln_status st;
+  int c, rc = EXIT_OK, n = 0, first = 0, last;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
+    switch (c) {
+    case 'd': device = optarg; break;
+    case 'v': w.verify = 1; break;
+    case 'c': w.dir = optarg; break;
+    case 'o': w.offline = 1; break;
+    case 'J': w.json = 1; break;
+    case 'h': fputs(usage, stdout); json_decref(arr); return EXIT_OK;
+    default: json_decref(arr); return cli_usage_error("warmup", "bad option");
+    }
+  }
+  if (optind < argc) {
+    json_decref(arr);
+    return cli_usage_error("warmup", "unexpected argument '%s'", argv[optind]);
+  }
+  if (strcmp(device, "all") != 0) {
+    char *end = NULL;
+    long d = strtol(device, &end, 10);
+    if (!*device || *end || d < 0 || d > 1023) {
+      json_decref(arr);
+      return cli_usage_error("warmup", "--device '%s': expected an ordinal (0, 1, ...) or 'all'",
+                             device);
+    }
+    first = (int)d;
+  }
+  if ((st = kiln_device_count(&n)) != KILN_OK || n == 0) {
+    fprintf(stderr, "kiln warmup: %s\n",
+            st != KILN_OK ? kiln_last_error() : "no CUDA device is visible");
+    json_decref(arr);
+    return EXIT_FAIL;
+  }
+  if (first >= n) {
+    fprintf(stderr, "kiln warmup: --device %d: this machine has %d device%s (0..%d)\n", first, n,
+            n == 1 ? "" : "s", n - 1);
+    json_decref(arr);
+    return EXIT_USAGE;
+  }
+  last = strcmp(device, "all") == 0 ? n - 1 : first;
+  for (int d = first; d <= last; d++)
+    if (warm_device(d, &w, arr) != EXIT_OK) rc = EXIT_FAIL;
+  if (w.json) {
+    json_t *o = json_object();
+    json_object_set_new(o, "devices", arr);
+    json_object_set_new(o, "ok", json_boolean(rc == EXIT_OK));
+    cli_print_json(o);
+  } else {
+    json_decref(arr);
+  }
+  return rc;
+}
