@@ -27,8 +27,8 @@ for i in $(seq $N); do
     sed 's/^/  stderr| /' "$T/err.$i" >&2 || true
     continue
   fi
-  expect_eq "$(json "$T/out.$i" '[d["targets"], d["hits"] + d["built"], d["failed"]]')" "[1, 1, 0]" \
-    "process $i: targets, hits + built, failed"
+  expect_eq "$(json "$T/out.$i" '[d["targets"], d["hits"] + d["built"] + d["shared"], d["failed"]]')" \
+    "[1, 1, 0]" "process $i: targets, hits + built + shared, failed"
   json "$T/out.$i" 'd["items"][0]["key"] + " " + d["items"][0]["digest"]' >>"$T/keys"
   log "process $i: $(json "$T/out.$i" '"%d built, %d hits" % (d["built"], d["hits"])')"
 done
@@ -42,6 +42,7 @@ expect_eq "$(index_query "$cache" "SELECT count(*), count(DISTINCT key) FROM rec
 expect_eq "$(index_query "$cache" "SELECT key || ' ' || digest FROM records")" "$(sort -u "$T/keys")" \
   "the record is the one the processes reported"
 expect_eq "$(index_query "$cache" "SELECT count(*) FROM failures")" 0 "failure records"
+expect_eq "$(index_query "$cache" "SELECT count(*) FROM builds")" 1 "compile runs (single flight)"
 expect_eq "$(tmp_files "$cache")" 0 "files left in tmp/"
 expect_eq "$(find "$cache/quarantine" -mindepth 1 | wc -l)" 0 "files in quarantine/"
 digest=$(index_query "$cache" "SELECT digest FROM records")
