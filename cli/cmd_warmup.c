@@ -60,6 +60,7 @@ static int warm_device(int ordinal, const warm_opts *w, json_t *arr) {
   json_t *dj = json_object(), *units = json_array();
   kiln_status st;
   double t0 = now_ms(), ms;
+  char err[4096];
   int rc = EXIT_OK;
   o.device = ordinal;
   o.cache_dir = w->dir;
@@ -74,6 +75,7 @@ static int warm_device(int ordinal, const warm_opts *w, json_t *arr) {
             dev.name, dev.cc_major, dev.cc_minor, kiln_unit_count());
   st = kiln_loader_warmup(l, NULL);
   ms = now_ms() - t0;
+  snprintf(err, sizeof err, "%s", kiln_last_error());
   for (size_t u = 0; u < kiln_unit_count(); u++) {
     kiln_unit_load ul;
     if (kiln_loader_unit_load(l, kiln_unit_at(u)->name, &ul) != KILN_OK) continue;
@@ -85,7 +87,7 @@ static int warm_device(int ordinal, const warm_opts *w, json_t *arr) {
   json_object_set_new(dj, "units", units);
   units = NULL;
   json_object_set_new(dj, "wall_ms", json_real(ms));
-  if (st != KILN_OK) goto fail;
+  if (st != KILN_OK) goto fail_err;
   if (!w->json)
     printf("kiln warmup: device %d (%s, sm_%d%d): %zu units loaded in %.1f ms\n", ordinal,
            dev.name, dev.cc_major, dev.cc_minor, kiln_unit_count(), ms);
@@ -100,9 +102,11 @@ static int warm_device(int ordinal, const warm_opts *w, json_t *arr) {
   }
   goto out;
 fail:
-  json_object_set_new(dj, "error", json_string(kiln_last_error()));
+  snprintf(err, sizeof err, "%s", kiln_last_error());
+fail_err:
+  json_object_set_new(dj, "error", json_string(err));
   json_object_set_new(dj, "status", json_string(kiln_status_str(st)));
-  fprintf(stderr, "kiln warmup: device %d: %s\n", ordinal, kiln_last_error());
+  fprintf(stderr, "kiln warmup: device %d: %s\n", ordinal, err);
   rc = EXIT_FAIL;
 out:
   json_decref(units);

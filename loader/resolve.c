@@ -18,11 +18,12 @@ static double now_ms(void) {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-/* The driver refused the bytes themselves (as opposed to this device or
- * driver being unable to use sound bytes): such a blob is quarantined. */
+/* The driver refused the bytes themselves: such a blob is quarantined.
+ * NO_BINARY_FOR_GPU, UNSUPPORTED_PTX_VERSION and INVALID_PTX say this device
+ * or driver cannot use it (sound bytes, wrong place): the next candidate is
+ * tried and the blob stays for the machines that can. */
 static int image_is_bad(CUresult r) {
-  return r == CUDA_ERROR_INVALID_IMAGE || r == CUDA_ERROR_INVALID_PTX ||
-         r == CUDA_ERROR_NO_BINARY_FOR_GPU || r == CUDA_ERROR_INVALID_SOURCE;
+  return r == CUDA_ERROR_INVALID_IMAGE;
 }
 
 /* ".version A.B" of a PTX text, x10; 0 if absent. */
@@ -135,7 +136,7 @@ static kiln_status load_cached(kiln_loader *l, size_t u, char *held, size_t held
     rc = kiln_fail(KILN_ENOMEM, "out of memory");
     goto out;
   }
-  m = kiln_select(recs, n, l->cc, l->info.ptx_isa, toolchain, cands, why, sizeof why);
+  m = kiln_select(recs, n, l->cc, l->info.driver_version, toolchain, cands, why, sizeof why);
   for (size_t i = 0; i < m; i++) {
     char e[384];
     attempt a = try_load(l, s, cands[i].rec, cands[i].source, e, sizeof e);
@@ -181,6 +182,19 @@ static kiln_status build_missing(kiln_loader *l, const size_t *units, size_t n, 
   }
   for (size_t i = 0; i < n_archs; i++) supported |= archs[i] == l->cc;
   free(archs);
+  {
+    int ma = 0, mi = 0;
+    kiln_nvrtc_version(&ma, &mi);
+    if (ma > l->info.driver_version / 1000) {
+      char reason[256];
+      snprintf(reason, sizeof reason,
+               "NVRTC %d.%d builds code that this driver (CUDA %d.%d) cannot load: update the "
+               "NVIDIA driver, or point KILN_NVRTC_LIBRARY at an NVRTC %d.x",
+               ma, mi, l->info.driver_version / 1000, l->info.driver_version % 1000 / 10,
+               l->info.driver_version / 1000);
+      return no_artifact(l, units[0], held[0], reason);
+    }
+  }
   if (!supported) {
     char reason[256];
     int ma = 0, mi = 0;

@@ -40,9 +40,10 @@ static int cmp_ranked(const void *pa, const void *pb) {
   return a->c.rec->layer - b->c.rec->layer;
 }
 
-size_t kiln_select(const kiln_record *recs, size_t n, int cc, int driver_isa,
+size_t kiln_select(const kiln_record *recs, size_t n, int cc, int driver_version,
                    const char *toolchain, kiln_candidate *out, char *why, size_t why_cap) {
   ranked *r = calloc(n ? n : 1, sizeof *r);
+  int driver_isa = kiln_driver_ptx_isa(driver_version), driver_major = driver_version / 1000;
   size_t m = 0;
   if (why && why_cap) why[0] = '\0';
   if (!r) return 0;
@@ -54,6 +55,15 @@ size_t kiln_select(const kiln_record *recs, size_t n, int cc, int driver_isa,
     x->arch = t.arch;
     x->isa = kiln_toolchain_ptx_isa(recs[i].toolchain);
     x->toolchain = toolchain && strcmp(toolchain, recs[i].toolchain) == 0;
+    {
+      int tma = 0, tmi = 0;
+      /* A CUDA X toolkit's output needs a driver of major X or newer. */
+      if (sscanf(recs[i].toolchain, "nvrtc-%d.%d", &tma, &tmi) == 2 && tma > driver_major) {
+        note(why, why_cap, "built by CUDA %d.%d, newer than the driver (%d.%d)", recs[i].target,
+             tma * 10 + tmi, driver_major * 10 + driver_version % 1000 / 10);
+        continue;
+      }
+    }
     if (t.kind == KILN_TARGET_CUBIN) {
       if (t.arch == cc) {
         x->tier = t.arch_specific ? 1 : 0;
