@@ -1,0 +1,109 @@
+/* loader/select.c: which cached artifacts a device loads, in which order. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "loader/select.h"
+
+static kiln_record rec(const char *target, const char *toolchain, int layer) {
+  kiln_record r;
+  memset(&r, 0, sizeof r);
+  snprintf(r.target, sizeof r.target, "%s", target);
+  snprintf(r.kind, sizeof r.kind, "%s", strncmp(target, "compute_", 8) == 0 ? "ptx" : "cubin");
+  snprintf(r.toolchain, sizeof r.toolchain, "%s", toolchain);
+  r.layer = layer;
+  return r;
+}
+
+/* "target:source ..." for the selection, and the reasons for the rest */
+static const char *order(const kiln_record *recs, size_t n, int cc, int driver, char *why) {
+  static char out[512];
+  kiln_candidate c[16];
+  size_t m = kiln_select(recs, n, cc, driver, "nvrtc-13.0", c, why, 512);
+  out[0] = '\0';
+  for (size_t i = 0; i < m; i++)
+    snprintf(out + strlen(out), sizeof out - strlen(out), "%s%s:%d", i ? " " : "", c[i].rec->target,
+             (int)c[i].source);
+  return out;
+}
+
+static void test_exact_then_compatible_then_ptx(void **state) {
+  kiln_record r[] = {rec("compute_80", "nvrtc-13.0", 0), rec("sm_80", "nvrtc-13.0", 0),
+                     rec("sm_86", "nvrtc-13.0", 0),      rec("compute_86", "nvrtc-13.0", 0),
+                     rec("sm_89", "nvrtc-13.0", 0),      rec("sm_90", "nvrtc-13.0", 0)};
+  char why[512];
+  (void)state;
+  assert_string_equal(order(r, 6, 89, 13000, why), "sm_89:1 sm_86:2 sm_80:2 compute_86:3 compute_80:3");
+  assert_string_equal(order(r, 6, 87, 13000, why), "sm_86:2 sm_80:2 compute_86:3 compute_80:3");
+  assert_string_equal(why, "sm_89: CUBIN for 8.9 cannot run on 8.7; sm_90: CUBIN for 9.0 cannot run on 8.7 (another major)");
+  /* a new major: PTX only */
+  assert_string_equal(order(r, 6, 100, 13000, why), "compute_86:3 compute_80:3");
+}
+
+static void test_arch_specific_cubin_only_on_its_own_arch(void **state) {
+  kiln_record r[] = {rec("sm_90a", "nvrtc-13.0", 0), rec("sm_90", "nvrtc-13.0", 0)};
+  char why[512];
+  (void)state;
+  assert_string_equal(order(r, 2, 90, 13000, why), "sm_90:1 sm_90a:1");
+  assert_string_equal(order(r, 2, 91, 13000, why), "sm_90:2");
+}
+
+static void test_ptx_newer_than_the_driver_is_left_out(void **state) {
+  /* CUDA 12.8 writes PTX ISA 8.7; a 12.4 driver JITs up to 8.4 */
+  kiln_record r[] = {rec("compute_80", "nvrtc-12.8", 0), rec("compute_80", "nvrtc-12.2", 1),
+                     rec("compute_100", "nvrtc-12.2", 0)};
+  char why[512];
+  (void)state;
+  assert_string_equal(order(r, 3, 90, 12040, why), "compute_80:3");
+  assert_non_null(strstr(why, "compute_80: PTX ISA 8.7 is newer than the driver accepts (8.4)"));
+  assert_non_null(strstr(why, "compute_100: PTX for 10.0 is newer than the GPU's 9.0"));
+}
+
+static void test_output_of_a_newer_cuda_major_is_left_out(void **state) {
+  kiln_record r[] = {rec("sm_90", "nvrtc-13.0", 0), rec("sm_90", "nvrtc-12.8", 1)};
+  char why[512];
+  (void)state;
+  assert_string_equal(order(r, 2, 90, 12080, why), "sm_90:1");
+  assert_string_equal(why, "sm_90: built by CUDA 13.0, newer than the driver (12.8)");
+}
+
+static void test_same_target_prefers_the_current_toolchain(void **state) {
+  kiln_record r[] = {rec("sm_90", "nvrtc-12.8", 0), rec("sm_90", "nvrtc-13.0", 1),
+                     rec("sm_90", "nvrtc-12.9", 0)};
+  kiln_candidate c[3];
+  (void)state;
+  assert_int_equal(kiln_select(r, 3, 90, 13000, "nvrtc-13.0", c, NULL, 0), 3);
+  assert_string_equal(c[0].rec->toolchain, "nvrtc-13.0");
+  assert_string_equal(c[1].rec->toolchain, "nvrtc-12.9");
+  assert_string_equal(c[2].rec->toolchain, "nvrtc-12.8");
+}
+
+static void test_driver_ptx_isa_table(void **state) {
+  (void)state;
+  assert_int_equal(kiln_driver_ptx_isa(11080), 78);
+  assert_int_equal(kiln_driver_ptx_isa(12000), 80);
+  assert_int_equal(kiln_driver_ptx_isa(12060), 85);
+  assert_int_equal(kiln_driver_ptx_isa(12080), 87);
+  assert_int_equal(kiln_driver_ptx_isa(13000), 90);
+  assert_int_equal(kiln_driver_ptx_isa(99000), 91); /* newest known */
+  assert_int_equal(kiln_toolchain_ptx_isa("nvrtc-12.4"), 84);
+  assert_int_equal(kiln_toolchain_ptx_isa("gcc"), 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_exact_then_compatible_then_ptx),
+      cmocka_unit_test(test_arch_specific_cubin_only_on_its_own_arch),
+      cmocka_unit_test(test_ptx_newer_than_the_driver_is_left_out),
+      cmocka_unit_test(test_output_of_a_newer_cuda_major_is_left_out),
+      cmocka_unit_test(test_same_target_prefers_the_current_toolchain),
+      cmocka_unit_test(test_driver_ptx_isa_table),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
