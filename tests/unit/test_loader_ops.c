@@ -1,0 +1,94 @@
+/* loader/ops_softmax.c: invalid arguments are refused with a clear error
+ * before anything is resolved or launched. Runs against tests/fakecuda (the
+ * path in argv[1]); an offline loader on an empty cache, so a call that got
+ * past its checks would fail with KILN_ENOTFOUND instead of KILN_EINVAL. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "kiln/ops.h"
+
+static kiln_loader *L;
+static char dir[] = "/tmp/kiln-ops-XXXXXX";
+
+static void einval(kiln_status st, const char *needle) {
+  if (st != KILN_EINVAL || !strstr(kiln_last_error(), needle))
+    fail_msg("got %s '%s', expected KILN_EINVAL naming '%s'", kiln_status_str(st), kiln_last_error(),
+             needle);
+}
+
+static void test_softmax_rejects_bad_arguments(void **state) {
+  char buf[64] = {0};
+  void *p = buf; /* never dereferenced: the checks come first */
+  const uint8_t *m = (const uint8_t *)buf;
+  (void)state;
+  einval(kiln_scaled_softmax_fwd(NULL, KILN_F32, p, p, 1, 1, 1.0f, NULL), "loader is NULL");
+  einval(kiln_scaled_softmax_fwd(L, (kiln_dtype)7, p, p, 1, 1, 1.0f, NULL), "unsupported dtype 7");
+  einval(kiln_scaled_softmax_fwd(L, KILN_F32, NULL, p, 1, 1, 1.0f, NULL), "y is NULL");
+  einval(kiln_scaled_softmax_fwd(L, KILN_F32, p, p, 0, 1, 1.0f, NULL), "rows = 0");
+  einval(kiln_scaled_softmax_fwd(L, KILN_F32, p, p, 4, -3, 1.0f, NULL), "cols = -3");
+  einval(kiln_scaled_softmax_fwd(L, KILN_BF16, p, p, 4, 4, 1.0f / 0.0f, NULL), "not finite");
+  einval(kiln_scaled_softmax_bwd(L, KILN_F16, p, p, NULL, 4, 4, 1.0f, NULL), "dy is NULL");
+  einval(kiln_scaled_masked_softmax_fwd(L, KILN_F16, p, p, NULL, 2, 4, 8, 8, 1, 1.0f, NULL),
+         "mask is NULL");
+  einval(kiln_scaled_masked_softmax_fwd(L, KILN_F16, p, p, m, 2, 4, 8, 8, 3, 1.0f, NULL),
+         "does not broadcast");
+  einval(kiln_scaled_masked_softmax_fwd(L, KILN_F16, p, p, m, 2, 0, 8, 8, 1, 1.0f, NULL),
+         "heads = 0");
+  einval(kiln_scaled_masked_softmax_fwd(L, KILN_F16, p, p, m, 2147483647, 2147483647, 2147483647,
+                                        8, 1, 1.0f, NULL),
+         "overflow");
+  einval(kiln_scaled_masked_softmax_bwd(L, KILN_F32, p, p, p, 2, 4, -1, 8, 1.0f, NULL), "sq = -1");
+  einval(kiln_scaled_upper_triang_masked_softmax_fwd(L, KILN_F32, p, p, 0, 8, 8, 1.0f, NULL),
+         "attn_batches = 0");
+  einval(kiln_scaled_upper_triang_masked_softmax_bwd(L, KILN_F32, p, NULL, p, 2, 8, 8, 1.0f, NULL),
+         "y is NULL");
+  /* valid arguments get past the checks: the (empty, offline) cache answers */
+  assert_int_equal(kiln_scaled_softmax_fwd(L, KILN_F32, p, p, 4, 4, 1.0f, NULL), KILN_ENOTFOUND);
+  assert_non_null(strstr(kiln_last_error(), "KILN_OFFLINE=1 forbids building it here"));
+}
+
+static void test_function_lookup(void **state) {
+  struct CUfunc_st *f = NULL;
+  (void)state;
+  assert_int_equal(kiln_loader_function(L, "kiln_no_such_entry", &f), KILN_ENOTFOUND);
+  assert_int_equal(kiln_loader_function(L, "kiln_scaled_softmax_fwd_bf16_w8", &f), KILN_ENOTFOUND);
+  assert_non_null(strstr(kiln_last_error(), "no loadable scaled_softmax"));
+  assert_int_equal(kiln_loader_resolve(L, "nope"), KILN_ENOTFOUND);
+  assert_non_null(strstr(kiln_last_error(), "units are: "));
+}
+
+int main(int argc, char **argv) {
+  kiln_loader_options o = KILN_LOADER_OPTIONS_INIT;
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_softmax_rejects_bad_arguments),
+      cmocka_unit_test(test_function_lookup),
+  };
+  int rc;
+  if (argc < 2 || access(argv[1], R_OK) != 0) {
+    printf("no fake libcuda (tests/fakecuda needs a C++ compiler); skipped\n");
+    return 77;
+  }
+  setenv("KILN_CUDA_LIBRARY", argv[1], 1);
+  setenv("KILN_FAKE_CUDA_DEVICES", "90", 1);
+  if (!mkdtemp(dir)) return 1;
+  o.cache_dir = dir;
+  o.ro_path = "";
+  o.offline = 1;
+  if (kiln_loader_open(&L, &o) != KILN_OK) {
+    printf("kiln_loader_open: %s\n", kiln_last_error());
+    return 1;
+  }
+  rc = cmocka_run_group_tests(tests, NULL, NULL);
+  kiln_loader_close(L);
+  { char cmd[64]; snprintf(cmd, sizeof cmd, "rm -rf %s", dir); if (system(cmd) != 0 && !rc) rc = 1; }
+  return rc;
+}
