@@ -1,0 +1,332 @@
+/* softmax_bw — achieved bandwidth of kiln's softmax ops, as a fraction of a
+ * device-to-device copy of the same number of bytes measured in the same
+ * run (bench/README.md).
+ *
+ * For each dtype, on x [B, H, SQ, SK] (default 32 x 16 x 2048 x 2048):
+ *   softmax_fwd  kiln_scaled_softmax_fwd                     reads x, writes y
+ *   softmax_bwd  kiln_scaled_softmax_bwd                     reads y, dy, writes dx
+ *   masked_fwd   kiln_scaled_masked_softmax_fwd, mask [B,1,SQ,SK] (per batch)
+ *                                                            reads x and the mask once, writes y
+ *   masked_bwd   kiln_scaled_masked_softmax_bwd              reads y, dy, writes dx
+ *   causal_fwd   kiln_scaled_upper_triang_masked_softmax_fwd, [B*H, SQ, SK]
+ *                                                            reads x's lower triangle, writes y
+ *   causal_bwd   ..._bwd                                     reads y, dy's lower triangle, writes
+ * dx "bytes" is what the op must read and write at least; GB/s = bytes / time. The baseline copies
+ * bytes / 2 with cuMemcpyDtoD (it reads and writes that much), timed the same way right after the
+ * op. Times are CUDA events around one launch, the median of --reps after --warmup launches.
+ *
+ * usage: softmax_bw [--shape B,H,SQ,SK] [--dtypes bf16,f16,f32] [--reps N] [--warmup N] [--csv]
+ * Without a GPU it prints why and exits 0. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln/kernels.h"
+#include "kiln/loader.h"
+#include "kiln/ops.h"
+#include "loader/driver.h" /* kiln_cuda(): memory, events */
+#include "tests/gpu/half.h"
+
+#define TILE_ELEMS (8u << 20) /* host tile of random inputs, uploaded repeatedly */
+#define MAX_REPS 1000
+
+typedef enum {
+  SOFTMAX_FWD,
+  SOFTMAX_BWD,
+  MASKED_FWD,
+  MASKED_BWD,
+  CAUSAL_FWD,
+  CAUSAL_BWD,
+  N_OPS
+} op_id;
+static const char *const kOpNames[N_OPS] = {"softmax_fwd", "softmax_bwd", "masked_fwd",
+                                            "masked_bwd",  "causal_fwd",  "causal_bwd"};
+
+typedef struct bench {
+  const kiln_cuda_api *cu;
+  kiln_loader *l;
+  int b, h, sq, sk;
+  int reps, warmup, csv;
+  CUevent e0, e1;
+  /* per dtype */
+  kiln_dtype dt;
+  size_t n, es;      /* elements per tensor, bytes per element */
+  CUdeviceptr arena; /* 3 tensors: A, B, C */
+  CUdeviceptr mask;  /* b * sq * sk bytes */
+} bench;
+
+static void *at(const bench *bn, int k) { /* tensor k of the arena */
+  return (void *)(uintptr_t)(bn->arena + (CUdeviceptr)k * bn->n * bn->es);
+}
+
+/* Tensor A holds random x / dy, B the forward's y, C the backward's dx. */
+static kiln_status launch(const bench *bn, op_id op) {
+  const long long rows = (long long)bn->b * bn->h * bn->sq;
+  const float scale = 0.125f;
+  void *A = at(bn, 0), *B = at(bn, 1), *C = at(bn, 2);
+  const uint8_t *m = (const uint8_t *)(uintptr_t)bn->mask;
+  switch (op) {
+  case SOFTMAX_FWD:
+    return kiln_scaled_softmax_fwd(bn->l, bn->dt, B, A, rows, bn->sk, scale, NULL);
+  case SOFTMAX_BWD:
+    return kiln_scaled_softmax_bwd(bn->l, bn->dt, C, B, A, rows, bn->sk, scale, NULL);
+  case MASKED_FWD:
+    return kiln_scaled_masked_softmax_fwd(bn->l, bn->dt, B, A, m, bn->b, bn->h, bn->sq, bn->sk,
+                                          bn->b, scale, NULL);
+  case MASKED_BWD:
+    return kiln_scaled_masked_softmax_bwd(bn->l, bn->dt, C, B, A, bn->b, bn->h, bn->sq, bn->sk,
+                                          scale, NULL);
+  case CAUSAL_FWD:
+    return kiln_scaled_upper_triang_masked_softmax_fwd(
+        bn->l, bn->dt, B, A, (long long)bn->b * bn->h, bn->sq, bn->sk, scale, NULL);
+  default:
+    return kiln_scaled_upper_triang_masked_softmax_bwd(
+        bn->l, bn->dt, C, B, A, (long long)bn->b * bn->h, bn->sq, bn->sk, scale, NULL);
+  }
+}
+
+/* The bytes op must move: causal reads only the lower triangle. */
+static double op_bytes(const bench *bn, op_id op) {
+  const double n = (double)bn->n, es = (double)bn->es;
+  double lower = 0; /* elements with j <= i, over all rows */
+  for (int i = 0; i < bn->sq; i++)
+    lower += i + 1 < bn->sk ? i + 1 : bn->sk;
+  lower *= (double)bn->b * bn->h;
+  switch (op) {
+  case SOFTMAX_FWD:
+    return 2 * n * es;
+  case MASKED_FWD:
+    return 2 * n * es + (double)bn->b * bn->sq * bn->sk;
+  case SOFTMAX_BWD:
+  case MASKED_BWD:
+    return 3 * n * es;
+  case CAUSAL_FWD:
+    return (lower + n) * es;
+  default:
+    return (2 * lower + n) * es;
+  }
+}
+
+static int cmp_float(const void *a, const void *b) {
+  const float x = *(const float *)a, y = *(const float *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Median event time of one launch of op (op < 0: a copy of copy_bytes). */
+static int time_it(const bench *bn, int op, size_t copy_bytes, double *ms) {
+  float t[MAX_REPS];
+  const kiln_cuda_api *cu = bn->cu;
+  for (int i = 0; i < bn->warmup + bn->reps; i++) {
+    const int timed = i >= bn->warmup;
+    kiln_status st = KILN_OK;
+    CUresult r = CUDA_SUCCESS;
+    if (timed) cu->EventRecord(bn->e0, NULL);
+    if (op >= 0)
+      st = launch(bn, (op_id)op);
+    else
+      r = cu->MemcpyDtoD(bn->arena + copy_bytes, bn->arena, copy_bytes);
+    if (st != KILN_OK || r != CUDA_SUCCESS) {
+      fprintf(stderr, "softmax_bw: %s: %s\n", op >= 0 ? kOpNames[op] : "cuMemcpyDtoD",
+              st != KILN_OK ? kiln_last_error() : kiln_cuda_error_name(r));
+      return 0;
+    }
+    if (!timed) continue;
+    cu->EventRecord(bn->e1, NULL);
+    if ((r = cu->EventSynchronize(bn->e1)) != CUDA_SUCCESS ||
+        (r = cu->EventElapsedTime(&t[i - bn->warmup], bn->e0, bn->e1)) != CUDA_SUCCESS) {
+      fprintf(stderr, "softmax_bw: events: %s\n", kiln_cuda_error_name(r));
+      return 0;
+    }
+  }
+  qsort(t, (size_t)bn->reps, sizeof t[0], cmp_float);
+  *ms = bn->reps % 2 ? t[bn->reps / 2] : 0.5 * (t[bn->reps / 2 - 1] + t[bn->reps / 2]);
+  return 1;
+}
+
+/* Fills [dst, dst + bytes) from a repeated host tile. */
+static int upload_tiled(const bench *bn, CUdeviceptr dst, size_t bytes, const void *tile,
+                        size_t tile_bytes) {
+  for (size_t off = 0; off < bytes; off += tile_bytes) {
+    const size_t k = bytes - off < tile_bytes ? bytes - off : tile_bytes;
+    if (bn->cu->MemcpyHtoD(dst + off, tile, k) != CUDA_SUCCESS) return 0;
+  }
+  return 1;
+}
+
+/* Random x in [-4, 4) in the dtype, a mask with ~1 in 8 positions masked. */
+static uint64_t rng_next(uint64_t *s) { /* xorshift64* */
+  *s ^= *s >> 12;
+  *s ^= *s << 25;
+  *s ^= *s >> 27;
+  return *s * 0x2545F4914F6CDD1DULL;
+}
+
+static int fill_inputs(bench *bn) {
+  uint64_t s = 0x9e3779b97f4a7c15ULL;
+  unsigned char *tile = malloc((size_t)TILE_ELEMS * 4);
+  int ok = tile != NULL;
+  for (size_t i = 0; ok && i < TILE_ELEMS; i++) {
+    const float v = (float)(rng_next(&s) >> 40) * 0x1p-21f - 4.f;
+    if (bn->dt == KILN_F32)
+      memcpy(tile + 4 * i, &v, 4);
+    else {
+      const uint16_t h = bn->dt == KILN_F16 ? f16_from_float(v) : bf16_from_float(v);
+      memcpy(tile + 2 * i, &h, 2);
+    }
+  }
+  ok = ok && upload_tiled(bn, bn->arena, bn->n * bn->es, tile, (size_t)TILE_ELEMS * bn->es);
+  for (size_t i = 0; ok && i < TILE_ELEMS; i++)
+    tile[i] = (rng_next(&s) >> 61) == 0;
+  ok = ok && upload_tiled(bn, bn->mask, (size_t)bn->b * bn->sq * bn->sk, tile, TILE_ELEMS);
+  /* y for the backward ops: a real softmax output */
+  ok = ok && launch(bn, SOFTMAX_FWD) == KILN_OK && bn->cu->CtxSynchronize() == CUDA_SUCCESS;
+  free(tile);
+  return ok;
+}
+
+static void run_dtype(bench *bn, kiln_dtype dt, uint64_t total_mem) {
+  const size_t mask_bytes = (size_t)bn->b * bn->sq * bn->sk;
+  bn->dt = dt;
+  bn->es = dt == KILN_F32 ? 4 : 2;
+  bn->n = (size_t)bn->b * bn->h * bn->sq * bn->sk;
+  if ((double)(3 * bn->n * bn->es + mask_bytes) > 0.9 * (double)total_mem) {
+    printf("%s: skipped, needs %.1f GiB of %.1f GiB\n", kiln_dtype_str(dt),
+           (3.0 * bn->n * bn->es + mask_bytes) / (1 << 30), (double)total_mem / (1 << 30));
+    return;
+  }
+  if (bn->cu->MemAlloc(&bn->arena, 3 * bn->n * bn->es) != CUDA_SUCCESS ||
+      bn->cu->MemAlloc(&bn->mask, mask_bytes) != CUDA_SUCCESS || !fill_inputs(bn)) {
+    fprintf(stderr, "softmax_bw: %s: could not set up the tensors (%s)\n", kiln_dtype_str(dt),
+            kiln_last_error());
+    goto out;
+  }
+  for (int op = 0; op < N_OPS; op++) {
+    const double bytes = op_bytes(bn, (op_id)op);
+    double k_ms, c_ms;
+    if (!time_it(bn, op, 0, &k_ms) || !time_it(bn, -1, (size_t)(bytes / 2), &c_ms)) break;
+    if (bn->csv)
+      printf("%s,%s,%.0f,%.4f,%.1f,%.4f,%.1f,%.3f\n", kOpNames[op], kiln_dtype_str(dt), bytes, k_ms,
+             bytes / k_ms / 1e6, c_ms, bytes / c_ms / 1e6, c_ms / k_ms);
+    else
+      printf("%-12s %-5s %10.1f %10.3f %10.1f %10.3f %10.1f %8.3f\n", kOpNames[op],
+             kiln_dtype_str(dt), bytes / 1e6, k_ms, bytes / k_ms / 1e6, c_ms, bytes / c_ms / 1e6,
+             c_ms / k_ms);
+  }
+out:
+  if (bn->arena) bn->cu->MemFree(bn->arena);
+  if (bn->mask) bn->cu->MemFree(bn->mask);
+  bn->arena = bn->mask = 0;
+}
+
+static int parse_int(const char *s, int lo, int hi, int *out) {
+  char *end = NULL;
+  long v = strtol(s, &end, 10);
+  if (end == s || (*end && *end != ',') || v < lo || v > hi) return 0;
+  *out = (int)v;
+  return 1;
+}
+
+static int parse_args(bench *bn, int argc, char **argv, const char **dtypes) {
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(a, "--csv") == 0) {
+      bn->csv = 1;
+      continue;
+    }
+    if (!v) return 0;
+    i++;
+    if (strcmp(a, "--reps") == 0) {
+      if (!parse_int(v, 1, MAX_REPS, &bn->reps)) return 0;
+    } else if (strcmp(a, "--warmup") == 0) {
+      if (!parse_int(v, 0, 1000, &bn->warmup)) return 0;
+    } else if (strcmp(a, "--dtypes") == 0) {
+      *dtypes = v;
+    } else if (strcmp(a, "--shape") == 0) {
+      int *dims[4] = {&bn->b, &bn->h, &bn->sq, &bn->sk};
+      const char *p = v;
+      for (int k = 0; k < 4; k++) {
+        if (!parse_int(p, 1, 1 << 30, dims[k])) return 0;
+        p = strchr(p, ',');
+        if ((k < 3) != (p != NULL)) return 0;
+        if (p) p++;
+      }
+    } else {
+      return 0;
+    }
+  }
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  bench bn;
+  kiln_loader_options o = KILN_LOADER_OPTIONS_INIT;
+  kiln_device_info info;
+  CUcontext ctx = NULL, popped;
+  CUdevice dev = 0;
+  const char *dtypes = "bf16,f16,f32";
+  kiln_status st;
+  int n = 0, rc = 1;
+  memset(&bn, 0, sizeof bn);
+  bn.b = 32, bn.h = 16, bn.sq = 2048, bn.sk = 2048, bn.reps = 20, bn.warmup = 5;
+  if (!parse_args(&bn, argc, argv, &dtypes)) {
+    fprintf(stderr, "usage: softmax_bw [--shape B,H,SQ,SK] [--dtypes bf16,f16,f32] [--reps N] "
+                    "[--warmup N] [--csv]\n");
+    return 2;
+  }
+  if ((st = kiln_device_count(&n)) != KILN_OK || n == 0) {
+    printf("softmax_bw: skipped: %s\n",
+           st != KILN_OK ? kiln_last_error() : "the driver reports no CUDA device");
+    return 0;
+  }
+  o.device = 0;
+  if (kiln_cuda(&bn.cu) != KILN_OK || kiln_loader_open(&bn.l, &o) != KILN_OK ||
+      kiln_loader_warmup(bn.l, NULL) != KILN_OK || kiln_loader_device(bn.l, &info) != KILN_OK) {
+    fprintf(stderr, "softmax_bw: %s\n", kiln_last_error());
+    goto out;
+  }
+  if (bn.cu->DeviceGet(&dev, 0) != CUDA_SUCCESS ||
+      bn.cu->DevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS ||
+      bn.cu->CtxPushCurrent(ctx) != CUDA_SUCCESS ||
+      bn.cu->EventCreate(&bn.e0, CU_EVENT_DEFAULT) != CUDA_SUCCESS ||
+      bn.cu->EventCreate(&bn.e1, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
+    fprintf(stderr, "softmax_bw: could not set up the context and events\n");
+    goto out;
+  }
+  printf("# softmax_bw: %s (sm_%d%d, %d SMs, %.0f GiB), driver %d; x [%d, %d, %d, %d]; median of "
+         "%d after %d warm-up; scale 0.125\n",
+         info.name, info.cc_major, info.cc_minor, info.sm_count, (double)info.total_mem / (1 << 30),
+         info.driver_version, bn.b, bn.h, bn.sq, bn.sk, bn.reps, bn.warmup);
+  for (size_t u = 0; u < kiln_unit_count(); u++) {
+    kiln_unit_load ul;
+    if (kiln_loader_unit_load(bn.l, kiln_unit_at(u)->name, &ul) == KILN_OK)
+      printf("# %s: %s %s\n", ul.unit, kiln_load_source_str(ul.source), ul.target);
+  }
+  if (bn.csv)
+    printf("op,dtype,bytes,kernel_ms,kernel_gbps,copy_ms,copy_gbps,ratio_to_copy\n");
+  else
+    printf("%-12s %-5s %10s %10s %10s %10s %10s %8s\n", "op", "dtype", "MB moved", "kernel ms",
+           "GB/s", "copy ms", "copy GB/s", "vs copy");
+  for (const char *p = dtypes; *p;) {
+    const size_t len = strcspn(p, ",");
+    if (len == 3 && strncmp(p, "f32", 3) == 0)
+      run_dtype(&bn, KILN_F32, info.total_mem);
+    else if (len == 3 && strncmp(p, "f16", 3) == 0)
+      run_dtype(&bn, KILN_F16, info.total_mem);
+    else if (len == 4 && strncmp(p, "bf16", 4) == 0)
+      run_dtype(&bn, KILN_BF16, info.total_mem);
+    else
+      fprintf(stderr, "softmax_bw: unknown dtype '%.*s' (bf16, f16, f32)\n", (int)len, p);
+    p += len + (p[len] == ',');
+  }
+  rc = 0;
+out:
+  if (bn.e0) bn.cu->EventDestroy(bn.e0);
+  if (bn.e1) bn.cu->EventDestroy(bn.e1);
+  if (ctx) {
+    bn.cu->CtxPopCurrent(&popped);
+    bn.cu->DevicePrimaryCtxRelease(dev);
+  }
+  kiln_loader_close(bn.l);
+  return rc;
+}
