@@ -16,83 +16,26 @@
  * libcuda named by KILN_CUDA_LIBRARY, which emulates the kernels). */
 #include <ftw.h>    /* nftw, to remove the temp caches */
 #include <math.h>   /* NAN */
-#include <stdint.h> /* uintptr_t */
 #include <stdio.h>  /* printf, snprintf */
 #include <stdlib.h> /* getenv, mkdtemp, malloc */
 #include <string.h> /* memcmp, strcmp */
 
-#include "kiln/build.h"    /* kiln_build, for the source comparison's caches */
-#include "kiln/kernels.h"  /* kiln_unit_at */
-#include "kiln/loader.h"   /* kiln_loader_open, kiln_device_count */
-#include "kiln/ops.h"      /* the ops under test */
-#include "loader/driver.h" /* kiln_cuda(): memory, sync */
-#include "loader/select.h" /* kiln_toolchain_ptx_isa */
-#include "tests/gpu/softmax_ref.h"
+#include "kiln/build.h"            /* kiln_build, for the source comparison's caches */
+#include "kiln/kernels.h"          /* kiln_unit_at */
+#include "kiln/loader.h"           /* kiln_loader_open, kiln_device_count */
+#include "kiln/ops.h"              /* the ops under test */
+#include "loader/select.h"         /* kiln_toolchain_ptx_isa */
+#include "tests/gpu/device.h"      /* device buffers with poisoned guards */
+#include "tests/gpu/softmax_ref.h" /* inputs and the float64 reference */
 
 #define SKIP 77
-#define GUARD_BYTES 256       /* poisoned bytes after every output; must stay poisoned */
 #define QUICK_MAX_ELEMS 40000 /* KILN_GPU_TEST_QUICK: largest rows * cols */
 
-static const kiln_cuda_api *cu;
 static int g_quick;
 static int g_pass, g_fail;
 static uint64_t g_seed = 0x6b696c6e2d677075ULL;
 
 static const kiln_dtype kDtypes[] = {KILN_F32, KILN_F16, KILN_BF16};
-
-/* ---- device buffers --------------------------------------------------------- */
-
-typedef struct dbuf {
-  CUdeviceptr p;
-  size_t bytes; /* payload; GUARD_BYTES follow it */
-} dbuf;
-
-static int cu_ok(CUresult r, const char *what, char *msg, size_t cap) {
-  if (r == CUDA_SUCCESS) return 1;
-  snprintf(msg, cap, "%s: %s", what, kiln_cuda_error_name(r));
-  return 0;
-}
-
-static int dev_alloc(dbuf *b, size_t bytes, char *msg, size_t cap) {
-  b->bytes = bytes;
-  return cu_ok(cu->MemAlloc(&b->p, bytes + GUARD_BYTES), "cuMemAlloc", msg, cap) &&
-         cu_ok(cu->MemsetD8(b->p, 0xFF, bytes + GUARD_BYTES), "cuMemsetD8", msg, cap);
-}
-
-static void dev_free(dbuf *b) {
-  if (b->p) cu->MemFree(b->p);
-  b->p = 0;
-}
-
-static int dev_poison(dbuf *b, char *msg, size_t cap) {
-  return cu_ok(cu->MemsetD8(b->p, 0xFF, b->bytes + GUARD_BYTES), "cuMemsetD8", msg, cap);
-}
-
-static int dev_put(dbuf *b, const void *h, char *msg, size_t cap) {
-  return cu_ok(cu->MemcpyHtoD(b->p, h, b->bytes), "cuMemcpyHtoD", msg, cap);
-}
-
-/* Downloads the payload into h and checks that the guard is still poisoned. */
-static int dev_get(const dbuf *b, void *h, const char *name, char *msg, size_t cap) {
-  unsigned char guard[GUARD_BYTES];
-  if (!cu_ok(cu->MemcpyDtoH(h, b->p, b->bytes), "cuMemcpyDtoH", msg, cap) ||
-      !cu_ok(cu->MemcpyDtoH(guard, b->p + b->bytes, GUARD_BYTES), "cuMemcpyDtoH", msg, cap))
-    return 0;
-  for (size_t i = 0; i < GUARD_BYTES; i++)
-    if (guard[i] != 0xFF) {
-      snprintf(msg, cap, "wrote past the end of %s (byte %zu after it)", name, i);
-      return 0;
-    }
-  return 1;
-}
-
-static int dev_sync(const char *what, char *msg, size_t cap) {
-  return cu_ok(cu->CtxSynchronize(), what, msg, cap);
-}
-
-static void *dptr(CUdeviceptr p) {
-  return (void *)(uintptr_t)p;
-}
 
 /* ---- launching a case --------------------------------------------------------- */
 
@@ -660,12 +603,10 @@ int main(void) {
   kiln_loader_options o = KILN_LOADER_OPTIONS_INIT;
   kiln_loader *l = NULL;
   kiln_device_info info;
-  CUcontext ctx = NULL, popped;
-  CUdevice dev;
   const char *quick = getenv("KILN_GPU_TEST_QUICK"), *tmp = getenv("TMPDIR");
   const char *env_cache = getenv("KILN_CACHE_DIR");
-  char root[4096], main_cache[4200];
-  int n = 0, pushed = 0;
+  char root[4096], main_cache[4200], msg[512];
+  int n = 0;
   kiln_status st = kiln_device_count(&n);
   if (st != KILN_OK || n == 0) {
     printf("gpu.softmax: skipped: %s\n",
@@ -682,7 +623,7 @@ int main(void) {
   snprintf(main_cache, sizeof main_cache, "%s/main", root);
   o.device = 0;
   o.cache_dir = env_cache && *env_cache ? NULL : main_cache;
-  if ((st = kiln_cuda(&cu)) != KILN_OK || (st = kiln_loader_open(&l, &o)) != KILN_OK ||
+  if ((st = kiln_loader_open(&l, &o)) != KILN_OK ||
       (st = kiln_loader_device(l, &info)) != KILN_OK) {
     printf("FAIL open a loader on device 0: %s: %s\n", kiln_status_str(st), kiln_last_error());
     g_fail++;
@@ -693,21 +634,17 @@ int main(void) {
          info.ptx_isa % 10, o.cache_dir ? o.cache_dir : env_cache, g_quick ? ", quick" : "");
   /* the loader's context is device 0's primary context: make it current for
    * the test's own allocations and copies */
-  if (cu->DeviceGet(&dev, 0) != CUDA_SUCCESS ||
-      cu->DevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS ||
-      cu->CtxPushCurrent(ctx) != CUDA_SUCCESS) {
-    printf("FAIL make device 0's primary context current\n");
+  if (!dev_open(0, msg, sizeof msg)) {
+    printf("FAIL make device 0's primary context current: %s\n", msg);
     g_fail++;
     goto out;
   }
-  pushed = 1;
   check_invalid_args(l);
   run_suite(l);
   print_sources(l);
   check_sources(root, &info);
 out:
-  if (pushed) cu->CtxPopCurrent(&popped);
-  if (ctx) cu->DevicePrimaryCtxRelease(dev);
+  dev_close();
   kiln_loader_close(l);
   nftw(root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
   printf("gpu.softmax: %d passed, %d failed\n", g_pass, g_fail);
