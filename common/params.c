@@ -53,7 +53,7 @@ bad:
 
 static kiln_status env_int(int *out, const char *name, long long lo, long long hi, int dflt) {
   const char *v = getenv(name);
-  long long x;
+  long long x = 0;
   kiln_status rc;
   if (!v || !*v) {
     *out = dflt;

@@ -24,6 +24,7 @@
 #include "kiln/kernels.h"          /* kiln_unit_at */
 #include "kiln/loader.h"           /* kiln_loader_open, kiln_device_count */
 #include "kiln/ops.h"              /* the ops under test */
+#include "kiln/target.h"           /* kiln_nvrtc_version */
 #include "loader/select.h"         /* kiln_toolchain_ptx_isa */
 #include "tests/gpu/device.h"      /* device buffers with poisoned guards */
 #include "tests/gpu/softmax_ref.h" /* inputs and the float64 reference */
@@ -599,6 +600,22 @@ static void print_sources(kiln_loader *l) {
   }
 }
 
+/* What NVRTC builds needs a driver of its CUDA major or newer: say so up
+ * front when this one is older, since every build-and-load below will fail. */
+static void note_toolchain(const kiln_device_info *info) {
+  int ma = 0, mi = 0;
+  if (kiln_nvrtc_version(&ma, &mi) != KILN_OK) {
+    printf("note: no NVRTC (%s): only what the caches already hold can load\n", kiln_last_error());
+    return;
+  }
+  printf("NVRTC %d.%d\n", ma, mi);
+  if (ma > info->driver_version / 1000)
+    printf("note: NVRTC %d.%d is newer than the driver's CUDA %d.%d: the driver cannot load what "
+           "it builds; use a toolkit of CUDA %d or older, or a newer driver\n",
+           ma, mi, info->driver_version / 1000, info->driver_version % 1000 / 10,
+           info->driver_version / 1000);
+}
+
 int main(void) {
   kiln_loader_options o = KILN_LOADER_OPTIONS_INIT;
   kiln_loader *l = NULL;
@@ -632,6 +649,7 @@ int main(void) {
   printf("device 0: %s, sm_%d%d, %d SMs, driver %d (PTX ISA up to %d.%d), cache %s%s\n", info.name,
          info.cc_major, info.cc_minor, info.sm_count, info.driver_version, info.ptx_isa / 10,
          info.ptx_isa % 10, o.cache_dir ? o.cache_dir : env_cache, g_quick ? ", quick" : "");
+  note_toolchain(&info);
   /* the loader's context is device 0's primary context: make it current for
    * the test's own allocations and copies */
   if (!dev_open(0, msg, sizeof msg)) {
