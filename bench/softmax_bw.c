@@ -26,7 +26,7 @@
 #include "kiln/loader.h"
 #include "kiln/ops.h"
 #include "loader/driver.h" /* kiln_cuda(): memory, events */
-#include "tests/gpu/half.h"
+#include "common/half.h"
 
 #define TILE_ELEMS (8u << 20) /* host tile of random inputs, uploaded repeatedly */
 #define MAX_REPS 1000
@@ -171,7 +171,7 @@ static int fill_inputs(bench *bn) {
     if (bn->dt == KILN_F32)
       memcpy(tile + 4 * i, &v, 4);
     else {
-      const uint16_t h = bn->dt == KILN_F16 ? f16_from_float(v) : bf16_from_float(v);
+      const uint16_t h = bn->dt == KILN_F16 ? kiln_f32_to_f16(v) : kiln_f32_to_bf16(v);
       memcpy(tile + 2 * i, &h, 2);
     }
   }

@@ -6,7 +6,7 @@
 #include <stdlib.h> /* calloc, free */
 #include <string.h> /* memset */
 
-#include "tests/gpu/half.h" /* f16/bf16 conversions */
+#include "common/half.h" /* f16/bf16 conversions, as libkiln does them */
 
 /* Tolerances, as a fraction of the reference (see ref_case_make). */
 #define REF_F32_REL 1e-5     /* fp32 arithmetic, ex2.approx, sums of up to ~50 terms deep */
@@ -27,17 +27,17 @@ size_t ref_dtype_size(kiln_dtype dt) {
 
 double ref_get(kiln_dtype dt, const void *p, size_t i) {
   if (dt == KILN_F32) return ((const float *)p)[i];
-  if (dt == KILN_F16) return f16_to_float(((const uint16_t *)p)[i]);
-  return bf16_to_float(((const uint16_t *)p)[i]);
+  if (dt == KILN_F16) return kiln_f16_to_f32(((const uint16_t *)p)[i]);
+  return kiln_bf16_to_f32(((const uint16_t *)p)[i]);
 }
 
 void ref_set(kiln_dtype dt, void *p, size_t i, float v) {
   if (dt == KILN_F32)
     ((float *)p)[i] = v;
   else if (dt == KILN_F16)
-    ((uint16_t *)p)[i] = f16_from_float(v);
+    ((uint16_t *)p)[i] = kiln_f32_to_f16(v);
   else
-    ((uint16_t *)p)[i] = bf16_from_float(v);
+    ((uint16_t *)p)[i] = kiln_f32_to_bf16(v);
 }
 
 static uint64_t rng_next(uint64_t *s) { /* xorshift64* */
