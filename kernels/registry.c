@@ -7,6 +7,7 @@
 #include "common/digest.h"
 #include "common/error.h"
 #include "common/logging.h"
+#include "kernels/registry.h"
 #include "kiln/kernels.h"
 #include "kiln/target.h"
 
@@ -15,6 +16,18 @@ extern const kiln_source_file kiln_embedded_files[];
 extern const unsigned long kiln_embedded_count;
 
 #include "softmax/softmax_variants.def"
+
+/* The other units have a fixed entry table: kernels/<dir>/<unit>.def defines
+ * KILN_<UNIT>_ENTRIES(X), one X(unit, direction, dtype, variant) per entry
+ * point, whose symbol is kiln_<unit>_<direction>_<dtype>_<variant>. */
+#include "activation/bias_gelu.def"
+#include "activation/bias_swiglu.def"
+#include "cross_entropy/cross_entropy.def"
+#include "dropout/bias_dropout_add.def"
+#include "embedding/embedding.def"
+#include "norm/layer_norm.def"
+#include "norm/rms_norm.def"
+#include "rope/rope.def"
 
 #define MAX_UNITS 32
 #define MAX_UNIT_FILES 32
@@ -38,6 +51,38 @@ static const char *summary_of(const char *name) {
     return "causal softmax(scale * x): element j > i masked";
   return "";
 }
+
+#define FIXED_ENTRY(unit, dir, dt, v) {"kiln_" #unit "_" #dir "_" #dt "_" #v, #dir, #dt, #v},
+#define FIXED_TABLE(unit, upper) static const kiln_entry_info unit##_entries[] = {upper(FIXED_ENTRY)};
+FIXED_TABLE(layer_norm, KILN_LAYER_NORM_ENTRIES)
+FIXED_TABLE(rms_norm, KILN_RMS_NORM_ENTRIES)
+FIXED_TABLE(embedding, KILN_EMBEDDING_ENTRIES)
+FIXED_TABLE(bias_gelu, KILN_BIAS_GELU_ENTRIES)
+FIXED_TABLE(bias_swiglu, KILN_BIAS_SWIGLU_ENTRIES)
+FIXED_TABLE(bias_dropout_add, KILN_BIAS_DROPOUT_ADD_ENTRIES)
+FIXED_TABLE(rope, KILN_ROPE_ENTRIES)
+FIXED_TABLE(cross_entropy, KILN_CROSS_ENTROPY_ENTRIES)
+
+typedef struct fixed_unit {
+  const char *name, *path, *summary;
+  const kiln_entry_info *entries;
+  size_t n_entries;
+} fixed_unit;
+
+#define FIXED_UNIT(unit, dir, summary)                                                             \
+  {#unit, dir "/" #unit ".cu", summary, unit##_entries, sizeof unit##_entries / sizeof *unit##_entries},
+static const fixed_unit fixed_units[] = {
+    FIXED_UNIT(layer_norm, "norm", "y = (x - mean) * rstd * gamma + beta over the last dimension")
+    FIXED_UNIT(rms_norm, "norm", "y = x * rsqrt(mean(x^2) + eps) * gamma over the last dimension")
+    FIXED_UNIT(embedding, "embedding",
+               "rows of a vocabulary partition gathered by token id; bad ids reported, never a fault")
+    FIXED_UNIT(bias_gelu, "activation", "y = gelu_tanh(x + bias)")
+    FIXED_UNIT(bias_swiglu, "activation", "y = silu(a + bias_a) * (b + bias_b), x = [a | b]")
+    FIXED_UNIT(bias_dropout_add, "dropout",
+               "y = residual + dropout(x + bias), Philox-4x32-10 mask from (seed, offset)")
+    FIXED_UNIT(rope, "rope", "rotary position embedding, rotate-half or interleaved, sbhd or bshd")
+    FIXED_UNIT(cross_entropy, "cross_entropy",
+               "cross-entropy over a vocabulary partition; gradient in place of the logits")};
 
 static const kiln_source_file *find_file(const char *path) {
   for (unsigned long i = 0; i < kiln_embedded_count; i++)
@@ -117,28 +162,41 @@ static const char *const variant_names[] = {
 #define VARIANT_NAME(a, name, kind, elems, threads) #name,
     KILN_SOFTMAX_VARIANTS(VARIANT_NAME, _)};
 
-static void add_softmax_unit(const char *name) {
-  static const char *const dirs[] = {"fwd", "bwd"};
+/* The next slot, filled with the unit's name, summary and file closure, or
+ * NULL (nothing registered) when its main file is not embedded or its
+ * closure is too large. */
+static unit_slot *new_unit(const char *name, const char *path, const char *summary) {
   unit_slot *u;
-  char path[128];
-  size_t n = 0;
-  if (n_units == MAX_UNITS) return;
+  if (n_units == MAX_UNITS) {
+    kiln_log(KILN_LOG_ERROR, "unit %s: more than %d units (raise MAX_UNITS in kernels/registry.c)",
+             name, MAX_UNITS);
+    return NULL;
+  }
   u = &units[n_units];
-  snprintf(path, sizeof path, "softmax/%s.cu", name);
   u->info.main_file = find_file(path);
-  if (!u->info.main_file) return;
+  if (!u->info.main_file) return NULL;
   u->info.name = name;
-  u->info.summary = summary_of(name);
+  u->info.summary = summary;
   u->info.min_arch = KILN_MIN_ARCH;
   add_closure(u, u->info.main_file);
   if (u->overflow) {
     kiln_log(KILN_LOG_ERROR, "unit %s includes more than %d files: not registered (raise "
              "MAX_UNIT_FILES in kernels/registry.c)", name, MAX_UNIT_FILES);
     memset(u, 0, sizeof *u);
-    return;
+    return NULL;
   }
   qsort(u->files, u->info.n_files, sizeof *u->files, cmp_file);
   u->info.files = u->files;
+  return u;
+}
+
+static void add_softmax_unit(const char *name) {
+  static const char *const dirs[] = {"fwd", "bwd"};
+  unit_slot *u;
+  char path[128];
+  size_t n = 0;
+  snprintf(path, sizeof path, "softmax/%s.cu", name);
+  if (!(u = new_unit(name, path, summary_of(name)))) return;
   u->entries = calloc(2 * N_DTYPES * N_VARIANTS, sizeof *u->entries);
   if (!u->entries) return;
   for (int d = 0; d < 2; d++)
@@ -158,9 +216,63 @@ static void add_softmax_unit(const char *name) {
   n_units++;
 }
 
+static void build_lookup(void);
+
 static void init(void) {
 #define ADD_UNIT(a, name) add_softmax_unit(#name);
   KILN_SOFTMAX_UNITS(ADD_UNIT, _)
+  for (size_t i = 0; i < sizeof fixed_units / sizeof *fixed_units; i++) {
+    const fixed_unit *f = &fixed_units[i];
+    unit_slot *u = new_unit(f->name, f->path, f->summary);
+    if (!u) continue;
+    u->info.entries = f->entries;
+    u->info.n_entries = f->n_entries;
+    n_units++;
+  }
+  build_lookup();
+}
+
+/* Entry name -> (unit, entry), open addressing; built once after the units. */
+#define LOOKUP_SIZE 4096 /* a power of two, well above the number of entries */
+typedef struct lookup_slot {
+  const char *name; /* NULL: empty */
+  unsigned short unit, entry;
+} lookup_slot;
+static lookup_slot lookup[LOOKUP_SIZE];
+
+static size_t hash_name(const char *s) {
+  size_t h = 1469598103934665603ULL;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+  return h;
+}
+
+static void build_lookup(void) {
+  size_t placed = 0;
+  for (size_t u = 0; u < n_units; u++)
+    for (size_t e = 0; e < units[u].info.n_entries; e++) {
+      const char *name = units[u].info.entries[e].name;
+      size_t h = hash_name(name) & (LOOKUP_SIZE - 1);
+      if (placed + 1 >= LOOKUP_SIZE / 2) {
+        kiln_log(KILN_LOG_ERROR, "more than %d entry points: raise LOOKUP_SIZE in "
+                 "kernels/registry.c", LOOKUP_SIZE / 2);
+        return;
+      }
+      while (lookup[h].name) h = (h + 1) & (LOOKUP_SIZE - 1);
+      lookup[h] = (lookup_slot){name, (unsigned short)u, (unsigned short)e};
+      placed++;
+    }
+}
+
+int kiln_entry_find(const char *name, size_t *unit, size_t *entry) {
+  pthread_once(&once, init);
+  if (!name) return -1;
+  for (size_t h = hash_name(name) & (LOOKUP_SIZE - 1); lookup[h].name; h = (h + 1) & (LOOKUP_SIZE - 1))
+    if (strcmp(lookup[h].name, name) == 0) {
+      *unit = lookup[h].unit;
+      *entry = lookup[h].entry;
+      return 0;
+    }
+  return -1;
 }
 
 size_t kiln_unit_count(void) {

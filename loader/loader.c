@@ -132,6 +132,13 @@ void kiln_loader_close(kiln_loader *l) {
     }
     free(l->units);
   }
+  if (l->op_error) {
+    int pushed = 0;
+    if (kiln_ctx_enter(l, &pushed) == KILN_OK) {
+      l->cu->MemFree(l->op_error);
+      kiln_ctx_leave(l, pushed);
+    }
+  }
   if (l->retained) l->cu->DevicePrimaryCtxRelease(l->dev);
   kiln_cache_close(l->cache);
   pthread_mutex_destroy(&l->lock);

@@ -11,6 +11,7 @@
 #ifndef KILN_OPS_H
 #define KILN_OPS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kiln/api.h"
@@ -53,6 +54,188 @@ KILN_API kiln_status kiln_scaled_upper_triang_masked_softmax_fwd(
 KILN_API kiln_status kiln_scaled_upper_triang_masked_softmax_bwd(
     kiln_loader *l, kiln_dtype dt, void *dx, const void *y, const void *dy,
     long long attn_batches, int sq, int sk, float scale, struct CUstream_st *stream);
+
+
+/* ---- data errors -------------------------------------------------------------
+ * Ops whose input can be invalid in its values, not its shape (token ids,
+ * targets), never fault or assert on the device: the kernel writes zeros for
+ * the bad element, notes it in a device word of the loader, and the op goes
+ * on. kiln_ops_check() synchronizes `stream`, and returns KILN_EINVAL with the
+ * first such error since the last check, e.g. "kiln_embedding_fwd: token id
+ * 32001 at position 17 is outside the vocabulary [0, 32000)", then clears it;
+ * KILN_OK when there was none. The CUDA context stays usable either way.
+ * Ops taking `flags` check at once with KILN_OPS_SYNC_CHECK (a stream
+ * synchronization per call: for tests and debugging). */
+#define KILN_OPS_SYNC_CHECK 1u
+KILN_API kiln_status kiln_ops_check(kiln_loader *l, struct CUstream_st *stream);
+
+/* ---- layer norm and RMSNorm ------------------------------------------------
+ * x, y, dx, dy: [rows, cols] of dt. gamma, beta, dgamma, dbeta: [cols] of wdt,
+ * which is KILN_F32 or dt (mixed precision: 16-bit activations, fp32
+ * weights). mean, rstd: [rows] fp32, written by the forward (either may be
+ * NULL when not needed, e.g. inference) and read by the backward. Any cols
+ * >= 1; y may be x, dx may be dy.
+ *
+ * The backward reduces dgamma and dbeta deterministically (same bits every
+ * run): per-block partials in `workspace`, then a fixed-order second pass; no
+ * float atomics. workspace: device memory of at least
+ * kiln_*_norm_bwd_workspace_size(rows, cols) bytes, 256-byte aligned (what
+ * cuMemAlloc returns); its contents on entry do not matter. */
+KILN_API kiln_status kiln_layer_norm_fwd(kiln_loader *l, kiln_dtype dt, kiln_dtype wdt, void *y,
+                                         float *mean, float *rstd, const void *x,
+                                         const void *gamma, const void *beta, long long rows,
+                                         int cols, float eps, struct CUstream_st *stream);
+KILN_API size_t kiln_layer_norm_bwd_workspace_size(long long rows, int cols);
+KILN_API kiln_status kiln_layer_norm_bwd(kiln_loader *l, kiln_dtype dt, kiln_dtype wdt, void *dx,
+                                         void *dgamma, void *dbeta, const void *dy, const void *x,
+                                         const float *mean, const float *rstd, const void *gamma,
+                                         long long rows, int cols, void *workspace,
+                                         size_t workspace_bytes, struct CUstream_st *stream);
+
+/* y = x * rsqrt(mean(x^2) + eps) * gamma; rstd as for layer norm. */
+KILN_API kiln_status kiln_rms_norm_fwd(kiln_loader *l, kiln_dtype dt, kiln_dtype wdt, void *y,
+                                       float *rstd, const void *x, const void *gamma,
+                                       long long rows, int cols, float eps,
+                                       struct CUstream_st *stream);
+KILN_API size_t kiln_rms_norm_bwd_workspace_size(long long rows, int cols);
+KILN_API kiln_status kiln_rms_norm_bwd(kiln_loader *l, kiln_dtype dt, kiln_dtype wdt, void *dx,
+                                       void *dgamma, const void *dy, const void *x,
+                                       const float *rstd, const void *gamma, long long rows,
+                                       int cols, void *workspace, size_t workspace_bytes,
+                                       struct CUstream_st *stream);
+
+/* ---- embedding (vocabulary-parallel) ------------------------------------------
+ * This rank holds rows [vocab_start, vocab_end) of a vocabulary [0,
+ * vocab_size): weight is [vocab_end - vocab_start, hidden] of dt. ids: int64
+ * [n_tokens]. Forward: y[t] = weight[ids[t] - vocab_start] when the id is in
+ * the partition, else a zero row (another rank's; the tensor-parallel
+ * all-reduce sums them). TP = 1 is vocab_start = 0, vocab_end = vocab_size.
+ * An id outside [0, vocab_size) is a data error (kiln_ops_check), the same
+ * at TP = 1 and TP > 1; its row is zeros.
+ *
+ * Backward: dweight[ids[t] - vocab_start] += dy[t] for the partition's ids;
+ * dweight is fp32 [vocab_end - vocab_start, hidden] (Megatron's main_grad)
+ * and is accumulated into, not overwritten. deterministic = 1 sorts the ids
+ * and sums each row's tokens in position order (same bits every run);
+ * deterministic = 0 uses fp32 atomics (faster, order-dependent rounding).
+ * workspace: at least kiln_embedding_bwd_workspace_size(...) bytes (0 for
+ * the atomic path), 256-byte aligned. */
+KILN_API kiln_status kiln_embedding_fwd(kiln_loader *l, kiln_dtype dt, void *y,
+                                        const int64_t *ids, const void *weight,
+                                        long long n_tokens, int hidden, long long vocab_start,
+                                        long long vocab_end, long long vocab_size,
+                                        unsigned flags, struct CUstream_st *stream);
+KILN_API size_t kiln_embedding_bwd_workspace_size(long long n_tokens, long long vocab_start,
+                                                  long long vocab_end, int deterministic);
+KILN_API kiln_status kiln_embedding_bwd(kiln_loader *l, kiln_dtype dt, float *dweight,
+                                        const void *dy, const int64_t *ids, long long n_tokens,
+                                        int hidden, long long vocab_start, long long vocab_end,
+                                        int deterministic, void *workspace,
+                                        size_t workspace_bytes, struct CUstream_st *stream);
+
+/* ---- bias + activation ----------------------------------------------------------
+ * x, y, dx, dy: [rows, cols] of dt, bias: [cols] of dt or NULL (no bias).
+ * GeLU is the tanh approximation (Megatron's bias_gelu):
+ *   y = 0.5 u (1 + tanh(0.79788456 (u + 0.044715 u^3))), u = x + bias.
+ * The backward writes dx = dy * gelu'(u); dbias is the column sum of dx. */
+KILN_API kiln_status kiln_bias_gelu_fwd(kiln_loader *l, kiln_dtype dt, void *y, const void *x,
+                                        const void *bias, long long rows, int cols,
+                                        struct CUstream_st *stream);
+KILN_API kiln_status kiln_bias_gelu_bwd(kiln_loader *l, kiln_dtype dt, void *dx, const void *dy,
+                                        const void *x, const void *bias, long long rows, int cols,
+                                        struct CUstream_st *stream);
+
+/* SwiGLU: x is [rows, 2*cols] = [a | b], bias [2*cols] or NULL; y, dy are
+ * [rows, cols]: y = silu(a + bias_a) * (b + bias_b); dx is [rows, 2*cols]. */
+KILN_API kiln_status kiln_bias_swiglu_fwd(kiln_loader *l, kiln_dtype dt, void *y, const void *x,
+                                          const void *bias, long long rows, int cols,
+                                          struct CUstream_st *stream);
+KILN_API kiln_status kiln_bias_swiglu_bwd(kiln_loader *l, kiln_dtype dt, void *dx, const void *dy,
+                                          const void *x, const void *bias, long long rows,
+                                          int cols, struct CUstream_st *stream);
+
+/* ---- bias + dropout + residual add ---------------------------------------------
+ * y = residual + dropout_p(x + bias) over [rows, cols] of dt, bias [cols] or
+ * NULL. Element i (row-major index) is kept iff u_i >= p, where u_i is
+ * uniform in [0, 1) from Philox-4x32-10 with key = seed and counter =
+ * (offset, i / 4), word i % 4: reproducible from (seed, offset) and
+ * independent of the launch shape; kept elements are scaled by 1 / (1 - p).
+ * training = 0, or p = 0, is the exact identity y = residual + x + bias.
+ * 0 <= p < 1. The backward regenerates the mask: dx = dy * keep / (1 - p)
+ * (dresidual is dy itself; dbias the column sum of dx). */
+KILN_API kiln_status kiln_bias_dropout_add_fwd(kiln_loader *l, kiln_dtype dt, void *y,
+                                               const void *x, const void *bias,
+                                               const void *residual, long long rows, int cols,
+                                               float p, uint64_t seed, uint64_t offset,
+                                               int training, struct CUstream_st *stream);
+KILN_API kiln_status kiln_bias_dropout_add_bwd(kiln_loader *l, kiln_dtype dt, void *dx,
+                                               const void *dy, long long rows, int cols, float p,
+                                               uint64_t seed, uint64_t offset, int training,
+                                               struct CUstream_st *stream);
+
+/* ---- rotary position embedding ----------------------------------------------------
+ * x, y: [s, b, h, d] (KILN_ROPE_SBHD) or [b, s, h, d] (KILN_ROPE_BSHD) of dt.
+ * angles: fp32 [s, rot_dim / 2], the angle of each rotated pair at each
+ * position. The first rot_dim (even, 2 <= rot_dim <= d) features of each
+ * head are rotated, the rest copied. Pairs: (i, i + rot_dim/2) for
+ * KILN_ROPE_ROTATE_HALF (GPT-NeoX, Llama), (2i, 2i+1) for
+ * KILN_ROPE_INTERLEAVED (GPT-J). The backward rotates dy by -angle. y may be
+ * x, dx may be dy. */
+typedef enum kiln_rope_layout { KILN_ROPE_SBHD = 0, KILN_ROPE_BSHD = 1 } kiln_rope_layout;
+typedef enum kiln_rope_style { KILN_ROPE_ROTATE_HALF = 0, KILN_ROPE_INTERLEAVED = 1 } kiln_rope_style;
+KILN_API kiln_status kiln_rope_fwd(kiln_loader *l, kiln_dtype dt, kiln_rope_layout layout,
+                                   kiln_rope_style style, void *y, const void *x,
+                                   const float *angles, int s, int b, int h, int d, int rot_dim,
+                                   struct CUstream_st *stream);
+KILN_API kiln_status kiln_rope_bwd(kiln_loader *l, kiln_dtype dt, kiln_rope_layout layout,
+                                   kiln_rope_style style, void *dx, const void *dy,
+                                   const float *angles, int s, int b, int h, int d, int rot_dim,
+                                   struct CUstream_st *stream);
+
+/* ---- cross-entropy over a vocabulary partition ---------------------------------------
+ * logits: [rows, vocab_part] of dt, this rank's columns [vocab_start,
+ * vocab_start + vocab_part) of a vocabulary [0, vocab_size). target: int64
+ * [rows]; a row whose target is ignore_index has loss 0 and gradient 0; any
+ * other target outside [0, vocab_size) is a data error (kiln_ops_check).
+ * loss, lse (logsumexp, saved for the backward): fp32 [rows].
+ *
+ * TP = 1 (vocab_start = 0, vocab_part = vocab_size): one fused pass. */
+KILN_API kiln_status kiln_cross_entropy_fwd(kiln_loader *l, kiln_dtype dt, float *loss,
+                                            float *lse, const void *logits,
+                                            const int64_t *target, long long rows, int vocab_size,
+                                            long long ignore_index, unsigned flags,
+                                            struct CUstream_st *stream);
+/* TP > 1, three steps around three small all-reduces:
+ *   1. stats: row_max[r] = max of the partition's logits, sumexp[r] = sum
+ *      exp(logit - row_max[r]), tgt[r] = the target's logit if it is in the
+ *      partition, else 0.
+ *   (all-reduce MAX row_max into gmax)
+ *   2. rescale: sumexp[r] *= exp(row_max[r] - gmax[r]), in place.
+ *   (all-reduce SUM sumexp; all-reduce SUM tgt)
+ *   3. loss: lse[r] = gmax[r] + log(sumexp[r]); loss[r] = lse[r] - tgt[r]
+ *      (0 for ignored rows).
+ * All vectors fp32 [rows]. */
+KILN_API kiln_status kiln_cross_entropy_stats(kiln_loader *l, kiln_dtype dt, float *row_max,
+                                              float *sumexp, float *tgt, const void *logits,
+                                              const int64_t *target, long long rows,
+                                              int vocab_part, long long vocab_start,
+                                              long long vocab_size, long long ignore_index,
+                                              unsigned flags, struct CUstream_st *stream);
+KILN_API kiln_status kiln_cross_entropy_rescale(kiln_loader *l, float *sumexp,
+                                                const float *row_max, const float *gmax,
+                                                long long rows, struct CUstream_st *stream);
+KILN_API kiln_status kiln_cross_entropy_loss(kiln_loader *l, float *loss, float *lse,
+                                             const float *gmax, const float *sumexp,
+                                             const float *tgt, const int64_t *target,
+                                             long long rows, long long ignore_index,
+                                             struct CUstream_st *stream);
+/* Backward (any TP): logits <- dloss[r] * (exp(logit - lse[r]) - [column is
+ * the target]), in place; rows whose target is ignore_index become 0. */
+KILN_API kiln_status kiln_cross_entropy_bwd(kiln_loader *l, kiln_dtype dt, void *logits,
+                                            const float *lse, const float *dloss,
+                                            const int64_t *target, long long rows,
+                                            int vocab_part, long long vocab_start,
+                                            long long ignore_index, struct CUstream_st *stream);
 
 #ifdef __cplusplus
 }

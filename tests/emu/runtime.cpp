@@ -115,7 +115,7 @@ struct fiber {
 struct warp {
   int arrived;
   unsigned gen;      /* completed shuffles; its parity picks the slot set */
-  float slot[2][32]; /* double-buffered: see __shfl_xor_sync */
+  uint32_t slot[2][32]; /* double-buffered: see warp_exchange */
   int waiting[32];
 };
 
@@ -400,17 +400,20 @@ void __syncthreads() {
   S.slow_warp = (int)(S.rng() % (S.nthreads / 32));
 }
 
-/* Lanes write their value into the warp's slot set for this shuffle, wait for
- * all 32, then read their partner's. Two slot sets suffice: a lane can write
- * the set again only two shuffles later, after every lane has passed the
- * shuffle in between, hence has read this one. */
-float __shfl_xor_sync(unsigned mask, float var, int lane_mask) {
-  if (mask != 0xffffffffu) kiln_emu::fail("__shfl_xor_sync with a partial mask");
-  if (lane_mask < 0 || lane_mask > 31) kiln_emu::fail("__shfl_xor_sync lane mask out of 0..31");
+/* Lanes write their value into the warp's slot set for this exchange, wait
+ * for all 32, then read. Two slot sets suffice: a lane can write the set again
+ * only two exchanges later, after every lane has passed the exchange in
+ * between, hence has read this one. */
+const uint32_t *kiln_emu::warp_exchange(unsigned mask, uint32_t bits, const char *what) {
+  if (mask != 0xffffffffu) {
+    char msg[96];
+    snprintf(msg, sizeof msg, "%s with a partial mask", what);
+    kiln_emu::fail(msg);
+  }
   const int lane = S.cur & 31;
   kiln_emu::warp &w = S.warps[S.cur >> 5];
   const unsigned set = w.gen & 1u;
-  w.slot[set][lane] = var;
+  w.slot[set][lane] = bits;
   if (++w.arrived < 32) {
     w.waiting[w.arrived - 1] = S.cur;
     kiln_emu::wait_here(kiln_emu::kAtShuffle);
@@ -420,5 +423,15 @@ float __shfl_xor_sync(unsigned mask, float var, int lane_mask) {
     w.arrived = 0;
     ++w.gen;
   }
-  return w.slot[set][lane ^ lane_mask];
+  return w.slot[set];
+}
+
+float __shfl_xor_sync(unsigned mask, float var, int lane_mask) {
+  if (lane_mask < 0 || lane_mask > 31) kiln_emu::fail("__shfl_xor_sync lane mask out of 0..31");
+  uint32_t bits;
+  memcpy(&bits, &var, 4);
+  const uint32_t *all = kiln_emu::warp_exchange(mask, bits, "__shfl_xor_sync");
+  bits = all[(S.cur & 31) ^ lane_mask];
+  memcpy(&var, &bits, 4);
+  return var;
 }

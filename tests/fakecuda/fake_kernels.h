@@ -15,8 +15,17 @@
 
 #include <string> /* std::string */
 
-/* X(family) for every family of runnable entry points. */
-#define KILN_FAKE_FAMILIES(X) X(softmax)
+/* X(family) for every family of runnable entry points: one per directory of
+ * kernels/. A family whose fake_<family>.cpp is not built yet has no entries
+ * (fake_kernels.cpp's weak empty definition). */
+#define KILN_FAKE_FAMILIES(X)                                                                      \
+  X(softmax)                                                                                       \
+  X(norm)                                                                                          \
+  X(embedding)                                                                                     \
+  X(activation)                                                                                    \
+  X(dropout)                                                                                       \
+  X(rope)                                                                                          \
+  X(cross_entropy)
 
 namespace kiln_fake {
 

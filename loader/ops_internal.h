@@ -1,0 +1,39 @@
+/* Internal: what every typed launcher (loader/ops_<family>.c) shares:
+ * argument checks that fail with KILN_EINVAL naming the op and the argument,
+ * the launch of an entry point by name, and the device error block
+ * (kernels/common/kiln_errors.cuh). Each check returns KILN_OK or the error;
+ * use them with KILN_CHECK. */
+#ifndef KILN_LOADER_OPS_INTERNAL_H
+#define KILN_LOADER_OPS_INTERNAL_H
+
+#include <stdint.h>
+
+#include "kiln/ops.h"
+#include "loader/loader_internal.h"
+
+/* loader non-NULL, dt one of KILN_F32/F16/BF16. */
+kiln_status kiln_op_check_common(const char *op, kiln_loader *l, kiln_dtype dt);
+/* wdt is KILN_F32 or dt (mixed-precision weights). */
+kiln_status kiln_op_check_wdtype(const char *op, kiln_dtype dt, kiln_dtype wdt);
+kiln_status kiln_op_need_ptr(const char *op, const void *p, const char *name);
+kiln_status kiln_op_need_positive(const char *op, long long v, const char *name);
+kiln_status kiln_op_need_finite(const char *op, float v, const char *name);
+/* *out = a * b * c, or an error naming the op when it overflows 64 bits. */
+kiln_status kiln_op_product(const char *op, long long a, long long b, long long c,
+                            long long *out);
+
+/* Bytes of one element of dt (4 or 2). */
+unsigned kiln_dtype_size(kiln_dtype dt);
+
+/* Launches the entry point called entry (kiln_<unit>_<dir>_<dt>_<v>) with
+ * grid x block threads, no dynamic shared memory, on stream, resolving its
+ * unit first if needed. Errors name op, the entry and the launch shape. */
+kiln_status kiln_op_launch(kiln_loader *l, const char *op, const char *entry,
+                           unsigned long long grid, unsigned block, void **args,
+                           struct CUstream_st *stream);
+
+/* The loader's device error block (64 bytes, kiln_errors.cuh), allocated and
+ * initialised on first use; for kernels that note data errors. */
+kiln_status kiln_op_error_block(kiln_loader *l, CUdeviceptr *out);
+
+#endif
