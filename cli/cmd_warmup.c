@@ -1,4 +1,5 @@
 /* kiln warmup: resolve and load every unit on the local GPU(s). */
+#include <fnmatch.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,7 +9,8 @@
 #include "cli/cli.h"
 
 static const char *usage =
-    "usage: kiln warmup [--device N|all] [--verify] [--cache DIR] [--offline] [--json]\n"
+    "usage: kiln warmup [--device N|all] [--kernels GLOB] [--verify] [--cache DIR] [--offline]\n"
+    "                   [--json]\n"
     "\n"
     "Resolves and loads every kernel unit for the local GPU(s), as a training\n"
     "process would: from the cache layers (exact CUBIN, then a compatible CUBIN,\n"
@@ -16,6 +18,8 @@ static const char *usage =
     "(one process per cache directory builds; others sharing it wait).\n"
     "\n"
     "  --device N|all  the CUDA device ordinal, or every device (default: all)\n"
+    "  --kernels GLOB  only the units whose names match (shell glob, e.g.\n"
+    "                  'scaled_*'; default: every unit of `kiln list`)\n"
     "  --verify        also run a tiny known-answer test of every entry point\n"
     "                  against a CPU reference; a unit that fails is quarantined\n"
     "  --cache DIR     primary cache directory (default: KILN_CACHE_DIR, else\n"
@@ -36,7 +40,7 @@ static double now_ms(void) {
 }
 
 typedef struct warm_opts {
-  const char *dir;
+  const char *dir, *kernels;
   int offline, verify, json;
 } warm_opts;
 
@@ -49,6 +53,14 @@ static json_t *load_json(const kiln_unit_load *u) {
   json_object_set_new(o, "layer", json_integer(u->layer));
   json_object_set_new(o, "ms", json_real(u->ms));
   return o;
+}
+
+/* Units the glob selects (all when NULL). */
+static size_t matching_units(const char *glob) {
+  size_t n = 0;
+  for (size_t u = 0; u < kiln_unit_count(); u++)
+    n += !glob || fnmatch(glob, kiln_unit_at(u)->name, 0) == 0;
+  return n;
 }
 
 /* Warms one device; prints a line per unit (or adds to arr). 0 or 1. */
@@ -65,6 +77,7 @@ static int warm_device(int ordinal, const warm_opts *w, json_t *arr) {
   o.device = ordinal;
   o.cache_dir = w->dir;
   o.offline = w->offline ? 1 : -1;
+  o.kernels = w->kernels;
   json_object_set_new(dj, "device", json_integer(ordinal));
   if ((st = kiln_loader_open(&l, &o)) != KILN_OK) goto fail;
   kiln_loader_device(l, &dev);
@@ -72,7 +85,7 @@ static int warm_device(int ordinal, const warm_opts *w, json_t *arr) {
   json_object_set_new(dj, "arch", json_integer(dev.cc_major * 10 + dev.cc_minor));
   if (!w->json)
     fprintf(stderr, "kiln warmup: device %d (%s, sm_%d%d): loading %zu units...\n", ordinal,
-            dev.name, dev.cc_major, dev.cc_minor, kiln_unit_count());
+            dev.name, dev.cc_major, dev.cc_minor, matching_units(w->kernels));
   st = kiln_loader_warmup(l, NULL);
   ms = now_ms() - t0;
   snprintf(err, sizeof err, "%s", kiln_last_error());
@@ -90,7 +103,7 @@ static int warm_device(int ordinal, const warm_opts *w, json_t *arr) {
   if (st != KILN_OK) goto fail_err;
   if (!w->json)
     printf("kiln warmup: device %d (%s, sm_%d%d): %zu units loaded in %.1f ms\n", ordinal,
-           dev.name, dev.cc_major, dev.cc_minor, kiln_unit_count(), ms);
+           dev.name, dev.cc_major, dev.cc_minor, matching_units(w->kernels), ms);
   if (w->verify) {
     st = kiln_loader_verify(l, &vs);
     json_object_set_new(dj, "verified_entries", json_integer((json_int_t)vs.entries));
@@ -120,8 +133,8 @@ int cmd_warmup(int argc, char **argv) {
       {"device", required_argument, 0, 'd'}, {"verify", no_argument, 0, 'v'},
       {"cache", required_argument, 0, 'c'},  {"offline", no_argument, 0, 'o'},
       {"json", no_argument, 0, 'J'},         {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
-  warm_opts w = {NULL, 0, 0, 0};
+      {"kernels", required_argument, 0, 'k'}, {0, 0, 0, 0}};
+  warm_opts w = {NULL, NULL, 0, 0, 0};
   const char *device = "all";
   json_t *arr = json_array();
   kiln_status st;
@@ -134,6 +147,7 @@ int cmd_warmup(int argc, char **argv) {
     case 'c': w.dir = optarg; break;
     case 'o': w.offline = 1; break;
     case 'J': w.json = 1; break;
+    case 'k': w.kernels = optarg; break;
     case 'h': fputs(usage, stdout); json_decref(arr); return EXIT_OK;
     default: json_decref(arr); return cli_usage_error("warmup", "bad option");
     }
@@ -141,6 +155,12 @@ int cmd_warmup(int argc, char **argv) {
   if (optind < argc) {
     json_decref(arr);
     return cli_usage_error("warmup", "unexpected argument '%s'", argv[optind]);
+  }
+  if (w.kernels && matching_units(w.kernels) == 0) {
+    char names[1024];
+    json_decref(arr);
+    return cli_usage_error("warmup", "--kernels '%s' matches no unit; units are: %s", w.kernels,
+                           kiln_unit_names(names, sizeof names));
   }
   if (strcmp(device, "all") != 0) {
     char *end = NULL;

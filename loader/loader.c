@@ -1,5 +1,6 @@
 /* The loader's lifetime: open on a device or the current context, close,
  * entry-point lookup, and what it loaded. */
+#include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,8 @@ static kiln_status settings(kiln_loader *l, const kiln_loader_options *o) {
   l->timeout_s = o->build_timeout_s;
   if (l->timeout_s <= 0) KILN_CHECK(kiln_param_build_timeout_s(&l->timeout_s));
   l->jobs = o->jobs;
+  if (o->version >= 2 && o->kernels && !(l->kernels = strdup(o->kernels)))
+    KILN_CHECK(kiln_fail(KILN_ENOMEM, "out of memory"));
   if (o->log_level >= KILN_LOG_ERROR && o->log_level <= KILN_LOG_DEBUG)
     kiln_log_set_level((kiln_log_level)o->log_level);
 out:
@@ -73,7 +76,7 @@ kiln_status kiln_loader_open(kiln_loader **out, const kiln_loader_options *opts)
   if (!out) return kiln_fail(KILN_EINVAL, "kiln_loader_open: out is NULL");
   *out = NULL;
   if (!opts) opts = &dflt;
-  if (opts->version != KILN_LOADER_OPTIONS_VERSION)
+  if (opts->version != KILN_LOADER_OPTIONS_VERSION && opts->version != 1)
     return kiln_fail(KILN_EINVAL, "kiln_loader_options: unknown version %d", opts->version);
   if (opts->device < KILN_LOADER_CURRENT_CONTEXT)
     return kiln_fail(KILN_EINVAL, "kiln_loader_options: device %d is not an ordinal", opts->device);
@@ -141,6 +144,7 @@ void kiln_loader_close(kiln_loader *l) {
   }
   if (l->retained) l->cu->DevicePrimaryCtxRelease(l->dev);
   kiln_cache_close(l->cache);
+  free(l->kernels);
   pthread_mutex_destroy(&l->lock);
   free(l);
 }
@@ -175,7 +179,7 @@ out:
 }
 
 kiln_status kiln_loader_warmup(kiln_loader *l, const kiln_comm *comm) {
-  size_t *all;
+  size_t *all, n = 0;
   kiln_status rc;
   if (!l) return kiln_fail(KILN_EINVAL, "kiln_loader_warmup: loader is NULL");
   if (comm)
@@ -183,8 +187,15 @@ kiln_status kiln_loader_warmup(kiln_loader *l, const kiln_comm *comm) {
                                         "protocol yet; pass NULL (single-process warmup)");
   all = malloc((l->n_units ? l->n_units : 1) * sizeof *all);
   if (!all) return kiln_fail(KILN_ENOMEM, "out of memory");
-  for (size_t u = 0; u < l->n_units; u++) all[u] = u;
-  rc = kiln_resolve_many(l, all, l->n_units);
+  for (size_t u = 0; u < l->n_units; u++)
+    if (!l->kernels || fnmatch(l->kernels, l->units[u].unit->name, 0) == 0) all[n++] = u;
+  if (n == 0 && l->n_units) {
+    char names[1024];
+    rc = kiln_fail(KILN_ENOTFOUND, "kiln_loader_warmup: kernels '%s' matches no unit; units are: %s",
+                   l->kernels, kiln_unit_names(names, sizeof names));
+  } else {
+    rc = kiln_resolve_many(l, all, n);
+  }
   free(all);
   return rc;
 }

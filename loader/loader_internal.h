@@ -29,6 +29,7 @@ struct kiln_loader {
   pthread_mutex_t lock;  /* resolution, module loads, unloads */
   size_t n_units;
   kiln_unit_slot *units;
+  char *kernels;         /* kiln_loader_options.kernels (owned copy), or NULL: all units */
   CUdeviceptr op_error;  /* the ops' device error block (loader/ops_common.c); 0 until used */
 };
 

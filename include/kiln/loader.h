@@ -75,10 +75,16 @@ typedef struct kiln_loader_options {
   double build_timeout_s;    /* longest wait for one build, own or another process's;
                                 <= 0: KILN_BUILD_TIMEOUT (1800) */
   int jobs;                  /* compile threads; <= 0: KILN_JOBS or the core count */
+  /* Since version 2: a shell glob over unit names (`kiln list`) that
+   * kiln_loader_warmup loads, e.g. "scaled_*"; NULL: every unit. Ops resolve
+   * their own unit on first use either way. */
+  const char *kernels;
 } kiln_loader_options;
 
-#define KILN_LOADER_OPTIONS_VERSION 1
-#define KILN_LOADER_OPTIONS_INIT {KILN_LOADER_OPTIONS_VERSION, 0, NULL, NULL, -1, -1, 0, 0, 0}
+/* Version 1 (without `kernels`) is still accepted. */
+#define KILN_LOADER_OPTIONS_VERSION 2
+#define KILN_LOADER_OPTIONS_INIT                                                                   \
+  {KILN_LOADER_OPTIONS_VERSION, 0, NULL, NULL, -1, -1, 0, 0, 0, NULL}
 
 /* Opens a loader: loads libcuda, picks the device (retaining its primary
  * context) or the current context, opens the cache. Nothing is loaded yet. */
@@ -92,7 +98,8 @@ KILN_API kiln_status kiln_loader_device(kiln_loader *l, kiln_device_info *out);
 
 /* Resolves and loads one unit (a name from kiln_unit_at / `kiln list`). */
 KILN_API kiln_status kiln_loader_resolve(kiln_loader *l, const char *unit);
-/* Resolves and loads every unit. comm NULL: this process alone (misses are
+/* Resolves and loads every unit (those matching the options' `kernels`
+ * glob, when set; KILN_ENOTFOUND when it matches none). comm NULL: this process alone (misses are
  * built under the cache directory's leases); otherwise the multi-rank
  * protocol of include/kiln/comm.h. */
 KILN_API kiln_status kiln_loader_warmup(kiln_loader *l, const kiln_comm *comm);

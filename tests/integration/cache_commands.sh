@@ -6,7 +6,7 @@
 . "$(dirname "$0")/lib.sh" "$@"
 
 full=$(fixture full)
-plan=(build --arch 80,90+ptx --json) # the full fixture's plan: 3 units x 3 targets
+plan=(build --arch 80,90+ptx --kernels 'scaled_*' --json) # the full fixture's plan: 3 units x 3 targets
 
 # cas_bytes DIR: bytes of every file under DIR/cas
 cas_bytes() { find "$1/cas" -type f -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }'; }
