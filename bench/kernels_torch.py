@@ -279,6 +279,8 @@ class Bench:
         arange = torch.arange(t, device="cuda")
 
         def stats(logits, target, start, end):  # _VocabParallelCrossEntropy.forward's steps
+            # f32 logits: float() is no copy and the steps overwrite them, as in Megatron; the
+            # values stay finite, so later baselines time the same work
             lf = logits.float()
             logits_max = torch.max(lf, dim=-1)[0]
             lf -= logits_max.unsqueeze(dim=-1)
@@ -319,9 +321,10 @@ class Bench:
                   bb, megatron_bwd, grad=False)
         softmax = None  # frees it before the next baseline
         lg = logits.detach().requires_grad_()
-        loss = F.cross_entropy(lg, target, reduction="none")
+        loss = F.cross_entropy(lg, target, reduction="none")  # in the logits' dtype
+        dloss_t = dloss.to(loss.dtype)
         self.time("cross_entropy", "bwd", dn, shape, "autograd of F.cross_entropy", bb,
-                  lambda: torch.autograd.grad(loss, lg, dloss, retain_graph=True))
+                  lambda: torch.autograd.grad(loss, lg, dloss_t, retain_graph=True))
 
     def run(self, dn, dt):
         """Every op at every shape, in kernels_bw's order; False when one raised."""
