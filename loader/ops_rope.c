@@ -9,7 +9,7 @@
 
 #define ROPE_THREADS 256          /* KILN_ROPE_THREADS of rope.cu */
 #define ROPE_UNIT_ELEMS 4096      /* elements a block works on per unit, at least */
-#define ROPE_BLOCKS_PER_SM 8      /* resident blocks of 256 threads per SM */
+#define ROPE_BLOCKS_PER_SM 6      /* KILN_ROPE_MIN_BLOCKS of rope.cu: resident blocks per SM */
 #define ROPE_MIN_UNITS_PER_SM 4   /* units per SM before chunks shrink to one token */
 
 static kiln_status check(const char *op, kiln_loader *l, kiln_dtype dt, kiln_rope_layout layout,

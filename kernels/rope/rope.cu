@@ -12,8 +12,8 @@
  * reuses them. Vector path: 16-byte loads and stores when x, y are 16-byte
  * aligned, d % V == 0 and (rotate-half) rot_dim/2 % V == 0 or (interleaved)
  * rot_dim % V == 0, V = KILN_VEC(T); else a scalar path, one pair or one
- * copied element per item. Pairs past KILN_ROPE_CACHE_PAIRS compute their
- * sin/cos in place.
+ * copied element per item. rot_dim > 2 * KILN_ROPE_CACHE_PAIRS takes the
+ * scalar path, whose pairs past the cache compute their sin/cos in place.
  *
  * Entry points: kiln_rope_{fwd,bwd}_<dt>_{rh,il} of rope.def, all
  * (T *y, const T *x, const float *angles, int s, int b, int h, int d,
@@ -24,6 +24,11 @@
 #include "rope/rope.def"
 
 #define KILN_ROPE_THREADS 256
+/* Resident blocks per SM the registers must allow (<= 40 registers): with
+ * __launch_bounds__(256) alone ptxas chose 32 registers for some entries and
+ * spilled (NVRTC 13.0, sm_80/sm_90); 6 x 256 threads keep 48 warps per SM in
+ * flight, enough for a memory-bound kernel. */
+#define KILN_ROPE_MIN_BLOCKS 6
 #define KILN_ROPE_CACHE_PAIRS 1024 /* rot_dim <= 2048 uses the shared cache only */
 
 /* sin and cos of a, to ~1 ulp for any float a: Cody-Waite reduction by pi/2
@@ -44,7 +49,9 @@ __device__ __forceinline__ void kiln_rope_sincos(float a, float *sn, float *cs) 
     double rd = fma(-jd, 1.5707963267948966, (double)a);
     rd = fma(-jd, 6.123233995736766e-17, rd);
     r = (float)rd;
-    q = (int)(jd - 4.0 * floor(jd * 0.25)); /* jd mod 4, any magnitude */
+    /* only q mod 4 matters; the clamp keeps the conversion defined for
+     * NaN and |a| >= 2^62, whose r is NaN or meaningless anyway */
+    q = (int)(long long)fmin(fmax(jd, -0x1p62), 0x1p62);
   }
   const float t = r * r;
   float ps = 2.86567956e-6f;
@@ -64,11 +71,11 @@ __device__ __forceinline__ void kiln_rope_sincos(float a, float *sn, float *cs) 
 
 /* (cos, sin) of pair i at the unit's position: from the cache, or computed
  * (pairs past the cache). bwd negates sin. */
-template <bool kBwd>
+template <bool kBwd, bool kAllCached>
 __device__ __forceinline__ void kiln_rope_cs(const float *cache, const float *ang, int i, float *c,
                                              float *sn) {
   float s0, c0;
-  if (i < KILN_ROPE_CACHE_PAIRS) {
+  if (kAllCached || i < KILN_ROPE_CACHE_PAIRS) {
     c0 = cache[2 * i];
     s0 = cache[2 * i + 1];
   } else {
@@ -134,7 +141,7 @@ __device__ __forceinline__ void kiln_rope_unit(T *y, const T *x, const float *ca
 #pragma unroll
         for (int k = 0; k < KILN_VEC(T); k += 2) {
           float c, sn;
-          kiln_rope_cs<kBwd>(cache, ang, (f + k) >> 1, &c, &sn);
+          kiln_rope_cs<kBwd, true>(cache, ang, (f + k) >> 1, &c, &sn);
           const float x0 = a[k], x1 = a[k + 1];
           a[k] = x0 * c - x1 * sn;
           a[k + 1] = x1 * c + x0 * sn;
@@ -148,7 +155,7 @@ __device__ __forceinline__ void kiln_rope_unit(T *y, const T *x, const float *ca
 #pragma unroll
         for (int k = 0; k < KILN_VEC(T); ++k) {
           float c, sn;
-          kiln_rope_cs<kBwd>(cache, ang, f + k, &c, &sn);
+          kiln_rope_cs<kBwd, true>(cache, ang, f + k, &c, &sn);
           const float x0 = a[k], x1 = b2[k];
           a[k] = x0 * c - x1 * sn;
           b2[k] = x1 * c + x0 * sn;
@@ -158,7 +165,7 @@ __device__ __forceinline__ void kiln_rope_unit(T *y, const T *x, const float *ca
       }
     } else {
       float c, sn;
-      kiln_rope_cs<kBwd>(cache, ang, j, &c, &sn);
+      kiln_rope_cs<kBwd, false>(cache, ang, j, &c, &sn);
       const int i0 = kIl ? 2 * j : j, i1 = kIl ? 2 * j + 1 : j + half;
       const float x0 = kiln_load_f32(xr + i0), x1 = kiln_load_f32(xr + i1);
       kiln_store_f32(yr + i0, x0 * c - x1 * sn);
@@ -174,7 +181,7 @@ __device__ __forceinline__ void kiln_rope(T *y, const T *x, const float *angles,
   const int half = rot >> 1;
   const int V = KILN_VEC(T);
   const bool vec = kiln_aligned16(x) && kiln_aligned16(y) && d % V == 0 &&
-                   (kIl ? rot % V == 0 : half % V == 0);
+                   (kIl ? rot % V == 0 : half % V == 0) && half <= KILN_ROPE_CACHE_PAIRS;
   const bool copy = y != x; /* in place: features past rot_dim are already there */
   const kiln_i64 hd = (kiln_i64)h * d;
   /* token (p, bi) starts at p * ps + bi * bs */
@@ -217,7 +224,7 @@ typedef kiln_bf16 kiln_rope_ctype_bf16;
 #define KILN_ROPE_IS_BWD_bwd true
 
 #define KILN_ROPE_ENTRY_(unit, dir, dt, v)                                                         \
-  extern "C" __global__ void __launch_bounds__(KILN_ROPE_THREADS)                                  \
+  extern "C" __global__ void __launch_bounds__(KILN_ROPE_THREADS, KILN_ROPE_MIN_BLOCKS)                                  \
       kiln_##unit##_##dir##_##dt##_##v(kiln_rope_ctype_##dt *y, const kiln_rope_ctype_##dt *x,     \
                                        const float *angles, int s, int b, int h, int d,            \
                                        int rot_dim, int layout, int bchunk) {                      \
