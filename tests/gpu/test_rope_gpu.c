@@ -6,7 +6,7 @@
  *      rot = 64; d = 6, rot = 4; d = 2), odd s, b, h, the vector and the
  *      scalar path (rot/2 or d not a multiple of the vector, misaligned
  *      pointers), rot_dim past the kernel's sin/cos cache, large angles
- *      (positions near 100000 at frequency 1), in place; outputs are poisoned
+ *      (positions near 100000 and 1000000 at frequency 1), in place; outputs are poisoned
  *      (0xFF: NaN) before each launch and checked for writes past their end,
  *      inputs must come back unchanged;
  *   3. forward then backward gives x back (within the roundings).
@@ -49,6 +49,7 @@ static const tcase kCases[] = {
     {{11, 1, 3, 2, 2, 0, 10000}, 0, 0},        /* d = 2 */
     {{5, 3, 7, 16, 12, 3, 500}, 0, 0},         /* rot/2 = 6: vector for il f32 only */
     {{11, 1, 3, 32, 32, 99990, 1}, 0, 0},      /* angles near 1e5 rad (freq 1) */
+    {{5, 1, 2, 16, 16, 1000000, 1}, 0, 0},     /* 1e6 rad: the fp64 range reduction */
     {{3, 2, 1, 2100, 2100, 0, 10000}, 0, 0},   /* rot/2 = 1050: pairs past the cache */
     {{7, 3, 5, 64, 64, 0, 10000}, 1, 0},       /* in place, vector */
     {{9, 3, 5, 6, 4, 0, 10000}, 1, 0},         /* in place, scalar, copied tail kept */
