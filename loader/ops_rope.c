@@ -7,10 +7,10 @@
 #include "kiln/ops.h"
 #include "loader/ops_internal.h"
 
-#define ROPE_THREADS 256          /* KILN_ROPE_THREADS of rope.cu */
-#define ROPE_UNIT_ELEMS 4096      /* elements a block works on per unit, at least */
-#define ROPE_BLOCKS_PER_SM 6      /* KILN_ROPE_MIN_BLOCKS of rope.cu: resident blocks per SM */
-#define ROPE_MIN_UNITS_PER_SM 4   /* units per SM before chunks shrink to one token */
+#define ROPE_THREADS 256        /* KILN_ROPE_THREADS of rope.cu */
+#define ROPE_UNIT_ELEMS 8192    /* elements a block works on per unit (per cache fill), at least */
+#define ROPE_BLOCKS_PER_SM 6    /* KILN_ROPE_MIN_BLOCKS of rope.cu: resident blocks per SM */
+#define ROPE_MIN_UNITS_PER_SM 4 /* units per SM before chunks shrink to one token */
 
 static kiln_status check(const char *op, kiln_loader *l, kiln_dtype dt, kiln_rope_layout layout,
                          kiln_rope_style style, const void *out, const char *out_name,
@@ -20,13 +20,13 @@ static kiln_status check(const char *op, kiln_loader *l, kiln_dtype dt, kiln_rop
   kiln_status rc;
   KILN_CHECK(kiln_op_check_common(op, l, dt));
   if (layout != KILN_ROPE_SBHD && layout != KILN_ROPE_BSHD) {
-    rc = kiln_fail(KILN_EINVAL, "%s: layout %d (KILN_ROPE_SBHD or KILN_ROPE_BSHD)", op,
-                   (int)layout);
+    rc =
+        kiln_fail(KILN_EINVAL, "%s: layout %d (KILN_ROPE_SBHD or KILN_ROPE_BSHD)", op, (int)layout);
     goto out;
   }
   if (style != KILN_ROPE_ROTATE_HALF && style != KILN_ROPE_INTERLEAVED) {
-    rc = kiln_fail(KILN_EINVAL, "%s: style %d (KILN_ROPE_ROTATE_HALF or KILN_ROPE_INTERLEAVED)",
-                   op, (int)style);
+    rc = kiln_fail(KILN_EINVAL, "%s: style %d (KILN_ROPE_ROTATE_HALF or KILN_ROPE_INTERLEAVED)", op,
+                   (int)style);
     goto out;
   }
   KILN_CHECK(kiln_op_need_ptr(op, out, out_name));
@@ -37,8 +37,8 @@ static kiln_status check(const char *op, kiln_loader *l, kiln_dtype dt, kiln_rop
   KILN_CHECK(kiln_op_need_positive(op, h, "h"));
   KILN_CHECK(kiln_op_need_positive(op, d, "d"));
   if (rot_dim < 2 || rot_dim > d || rot_dim % 2) {
-    rc = kiln_fail(KILN_EINVAL, "%s: rot_dim = %d, must be even and in [2, d = %d]", op, rot_dim,
-                   d);
+    rc =
+        kiln_fail(KILN_EINVAL, "%s: rot_dim = %d, must be even and in [2, d = %d]", op, rot_dim, d);
     goto out;
   }
   KILN_CHECK(kiln_op_product(op, s, b, h, &n));
@@ -65,9 +65,9 @@ static void pick(int sm_count, int s, int b, int h, int d, int *bchunk, unsigned
 }
 
 static kiln_status launch(kiln_loader *l, const char *op, int bwd, kiln_dtype dt,
-                          kiln_rope_layout layout, kiln_rope_style style, void *out,
-                          const void *in, const float *angles, int s, int b, int h, int d,
-                          int rot_dim, struct CUstream_st *stream) {
+                          kiln_rope_layout layout, kiln_rope_style style, void *out, const void *in,
+                          const float *angles, int s, int b, int h, int d, int rot_dim,
+                          struct CUstream_st *stream) {
   kiln_device_info info;
   unsigned long long grid = 0;
   int bchunk = 1, lay = (int)layout;

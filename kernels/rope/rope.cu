@@ -90,10 +90,9 @@ __device__ __forceinline__ void kiln_rope_cs(const float *cache, const float *an
  * tok_base + (r / h) * bs + (r % h) * d; items per row: rot_items then
  * pass_items (copies). */
 template <typename T, bool kIl, bool kBwd, bool kVec>
-__device__ __forceinline__ void kiln_rope_unit(T *y, const T *x, const float *cache,
-                                               const float *ang, kiln_i64 tok_base, kiln_i64 bs,
-                                               int h, int d, int rot, kiln_i64 nrows,
-                                               int rot_items, int items) {
+__device__ __forceinline__ void
+kiln_rope_unit(T *y, const T *x, const float *cache, const float *ang, kiln_i64 tok_base,
+               kiln_i64 bs, int h, int d, int rot, kiln_i64 nrows, int rot_items, int items) {
   const int V = kVec ? KILN_VEC(T) : 1;
   const int half = rot >> 1;
   const kiln_i64 total = nrows * items;
@@ -207,11 +206,11 @@ __device__ __forceinline__ void kiln_rope(T *y, const T *x, const float *angles,
     __syncthreads();
     const kiln_i64 base = p * ps + (kiln_i64)b0 * bs;
     if (vec)
-      kiln_rope_unit<T, kIl, kBwd, true>(y, x, cache, ang, base, bs, h, d, rot,
-                                         (kiln_i64)nb * h, rot_items, items);
+      kiln_rope_unit<T, kIl, kBwd, true>(y, x, cache, ang, base, bs, h, d, rot, (kiln_i64)nb * h,
+                                         rot_items, items);
     else
-      kiln_rope_unit<T, kIl, kBwd, false>(y, x, cache, ang, base, bs, h, d, rot,
-                                          (kiln_i64)nb * h, rot_items, items);
+      kiln_rope_unit<T, kIl, kBwd, false>(y, x, cache, ang, base, bs, h, d, rot, (kiln_i64)nb * h,
+                                          rot_items, items);
   }
 }
 
@@ -224,7 +223,7 @@ typedef kiln_bf16 kiln_rope_ctype_bf16;
 #define KILN_ROPE_IS_BWD_bwd true
 
 #define KILN_ROPE_ENTRY_(unit, dir, dt, v)                                                         \
-  extern "C" __global__ void __launch_bounds__(KILN_ROPE_THREADS, KILN_ROPE_MIN_BLOCKS)                                  \
+  extern "C" __global__ void __launch_bounds__(KILN_ROPE_THREADS, KILN_ROPE_MIN_BLOCKS)            \
       kiln_##unit##_##dir##_##dt##_##v(kiln_rope_ctype_##dt *y, const kiln_rope_ctype_##dt *x,     \
                                        const float *angles, int s, int b, int h, int d,            \
                                        int rot_dim, int layout, int bchunk) {                      \

@@ -21,7 +21,7 @@ typedef kiln_bf16 kiln_emu_rope_bf16;
 /* X(unit, dir, dt, v) rows of rope.def; y may be x (in place). */
 #define KILN_EMU_ROPE_DECL_(unit, dir, dt, v)                                                      \
   extern "C" void kiln_##unit##_##dir##_##dt##_##v(                                                \
-      kiln_emu_rope_##dt *y, const kiln_emu_rope_##dt *x, const float *angles, int s, int b,     \
+      kiln_emu_rope_##dt *y, const kiln_emu_rope_##dt *x, const float *angles, int s, int b,       \
       int h, int d, int rot_dim, int layout, int bchunk);
 KILN_ROPE_ENTRIES(KILN_EMU_ROPE_DECL_)
 #undef KILN_EMU_ROPE_DECL_

@@ -37,7 +37,8 @@ bool plan(const entry &e, void *const *p, launch_plan *out, std::string *why) {
   const rope_info &ri = *(const rope_info *)e.info;
   const int s = param<int>(p, 3), b = param<int>(p, 4), h = param<int>(p, 5), d = param<int>(p, 6);
   const int rot = param<int>(p, 7), layout = param<int>(p, 8), bchunk = param<int>(p, 9);
-  if (s < 1 || b < 1 || h < 1) return fail(why, "s %lld, b %lld, h %lld: each must be >= 1", s, b, h);
+  if (s < 1 || b < 1 || h < 1)
+    return fail(why, "s %lld, b %lld, h %lld: each must be >= 1", s, b, h);
   if (d < 1) return fail(why, "d %lld < 1", d);
   if (rot < 2 || rot > d || rot % 2)
     return fail(why, "rot_dim %lld must be even and in [2, d = %lld]", rot, d);

@@ -46,8 +46,7 @@ void rope_ref_angles(const rope_shape *sh, float *angles) {
   const int half = sh->rot / 2;
   for (int p = 0; p < sh->s; p++)
     for (int i = 0; i < half; i++)
-      angles[(size_t)p * half + i] =
-          (float)((sh->pos0 + p) * pow(sh->base, -2.0 * i / sh->rot));
+      angles[(size_t)p * half + i] = (float)((sh->pos0 + p) * pow(sh->base, -2.0 * i / sh->rot));
 }
 
 /* Half-ulp of dt relative to the value, widened to one ulp: the kernel's
@@ -56,9 +55,8 @@ static double rel(kiln_dtype dt) {
   return dt == KILN_F32 ? 0x1p-23 : dt == KILN_F16 ? 0x1p-10 : 0x1p-7;
 }
 
-void rope_ref(kiln_dtype dt, kiln_rope_layout layout, kiln_rope_style style, int bwd,
-              int roundtrip, const rope_shape *sh, const void *x, const float *angles, double *out,
-              double *tol) {
+void rope_ref(kiln_dtype dt, kiln_rope_layout layout, kiln_rope_style style, int bwd, int roundtrip,
+              const rope_shape *sh, const void *x, const float *angles, double *out, double *tol) {
   const int half = sh->rot / 2, d = sh->d;
   const double r = rel(dt), tiny = dt == KILN_F16 ? 0x1p-24 : 0;
   for (int t = 0; t < sh->s * sh->b; t++) {

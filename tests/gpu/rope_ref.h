@@ -30,9 +30,8 @@ double rope_ref_get(kiln_dtype dt, const void *p, size_t i);
 /* out[i] and tol[i] (tol < 0: must equal the input exactly) of the forward
  * (bwd = 0) or backward (bwd = 1) of x under layout/style; roundtrip = 1
  * widens the tolerance for x -> fwd (rounded to dt) -> bwd against x. */
-void rope_ref(kiln_dtype dt, kiln_rope_layout layout, kiln_rope_style style, int bwd,
-              int roundtrip, const rope_shape *sh, const void *x, const float *angles, double *out,
-              double *tol);
+void rope_ref(kiln_dtype dt, kiln_rope_layout layout, kiln_rope_style style, int bwd, int roundtrip,
+              const rope_shape *sh, const void *x, const float *angles, double *out, double *tol);
 
 /* How many of got (n of dt) are out of tolerance (NaN always is); the first
  * in *first_i, the largest |got - ref| / tol in *worst. */

@@ -43,21 +43,21 @@ typedef struct tcase {
 
 /* s, b, h, d, rot, pos0, base; inplace, misalign */
 static const tcase kCases[] = {
-    {{7, 3, 5, 64, 64, 0, 10000}, 0, 0},       /* full rotary, vector path */
-    {{5, 3, 3, 128, 64, 0, 10000}, 0, 0},      /* partial rotary, d = 128, rot = 64 */
-    {{9, 3, 5, 6, 4, 0, 10000}, 0, 0},         /* d = 6, rot = 4: scalar path */
-    {{11, 1, 3, 2, 2, 0, 10000}, 0, 0},        /* d = 2 */
-    {{5, 3, 7, 16, 12, 3, 500}, 0, 0},         /* rot/2 = 6: vector for il f32 only */
-    {{11, 1, 3, 32, 32, 99990, 1}, 0, 0},      /* angles near 1e5 rad (freq 1) */
-    {{5, 1, 2, 16, 16, 1000000, 1}, 0, 0},     /* 1e6 rad: the fp64 range reduction */
-    {{3, 2, 1, 2100, 2100, 0, 10000}, 0, 0},   /* rot/2 = 1050: pairs past the cache */
-    {{7, 3, 5, 64, 64, 0, 10000}, 1, 0},       /* in place, vector */
-    {{9, 3, 5, 6, 4, 0, 10000}, 1, 0},         /* in place, scalar, copied tail kept */
-    {{5, 3, 3, 128, 64, 0, 10000}, 0, 1},      /* misaligned: scalar path on a vector shape */
-    {{512, 4, 16, 128, 128, 0, 10000}, 0, 0},  /* large */
-    {{300, 3, 7, 96, 64, 1000, 10000}, 0, 0},  /* large, partial */
-    {{129, 5, 9, 80, 80, 99000, 1}, 0, 0},     /* large angles */
-    {{1, 700, 8, 64, 64, 5, 10000}, 0, 0},     /* s = 1: chunks of b */
+    {{7, 3, 5, 64, 64, 0, 10000}, 0, 0},      /* full rotary, vector path */
+    {{5, 3, 3, 128, 64, 0, 10000}, 0, 0},     /* partial rotary, d = 128, rot = 64 */
+    {{9, 3, 5, 6, 4, 0, 10000}, 0, 0},        /* d = 6, rot = 4: scalar path */
+    {{11, 1, 3, 2, 2, 0, 10000}, 0, 0},       /* d = 2 */
+    {{5, 3, 7, 16, 12, 3, 500}, 0, 0},        /* rot/2 = 6: vector for il f32 only */
+    {{11, 1, 3, 32, 32, 99990, 1}, 0, 0},     /* angles near 1e5 rad (freq 1) */
+    {{5, 1, 2, 16, 16, 1000000, 1}, 0, 0},    /* 1e6 rad: the fp64 range reduction */
+    {{3, 2, 1, 2100, 2100, 0, 10000}, 0, 0},  /* rot/2 = 1050: pairs past the cache */
+    {{7, 3, 5, 64, 64, 0, 10000}, 1, 0},      /* in place, vector */
+    {{9, 3, 5, 6, 4, 0, 10000}, 1, 0},        /* in place, scalar, copied tail kept */
+    {{5, 3, 3, 128, 64, 0, 10000}, 0, 1},     /* misaligned: scalar path on a vector shape */
+    {{512, 4, 16, 128, 128, 0, 10000}, 0, 0}, /* large */
+    {{300, 3, 7, 96, 64, 1000, 10000}, 0, 0}, /* large, partial */
+    {{129, 5, 9, 80, 80, 99000, 1}, 0, 0},    /* large angles */
+    {{1, 700, 8, 64, 64, 5, 10000}, 0, 0},    /* s = 1: chunks of b */
 };
 #define N_CASES (sizeof kCases / sizeof kCases[0])
 
@@ -81,8 +81,7 @@ static dbuf view(const dbuf *b, size_t off, size_t bytes) {
 }
 
 static void report(const char *what, const char *shape, kiln_dtype dt, const char *msg,
-                   const void *got, const void *x, const double *ref, const double *tol,
-                   size_t n) {
+                   const void *got, const void *x, const double *ref, const double *tol, size_t n) {
   size_t first = 0, bad;
   double worst = 0;
   if (msg[0]) {
@@ -110,9 +109,9 @@ static void report(const char *what, const char *shape, kiln_dtype dt, const cha
 
 /* Launch out = op(in): in is put first (into out when in place), out
  * poisoned, then read back; in must come back unchanged. */
-static int launch(kiln_loader *l, int bwd, kiln_dtype dt, kiln_rope_layout lay,
-                  kiln_rope_style st, const tcase *c, dbuf *out, dbuf *in, const dbuf *ang,
-                  const void *in_host, void *got, void *scratch, char *msg, size_t cap) {
+static int launch(kiln_loader *l, int bwd, kiln_dtype dt, kiln_rope_layout lay, kiln_rope_style st,
+                  const tcase *c, dbuf *out, dbuf *in, const dbuf *ang, const void *in_host,
+                  void *got, void *scratch, char *msg, size_t cap) {
   kiln_status s;
   if (!dev_poison(out, msg, cap)) return 0;
   if (c->inplace) {
@@ -153,8 +152,8 @@ static void run_one(kiln_loader *l, const tcase *c, kiln_dtype dt, kiln_rope_lay
   float *angles = malloc(na * sizeof *angles);
   double *ref = malloc(n * sizeof *ref), *tol = malloc(n * sizeof *tol);
   snprintf(shape, sizeof shape, "%s %s s=%d b=%d h=%d d=%d rot=%d pos0=%g%s%s", kLayout[lay],
-           kStyle[st], sh->s, sh->b, sh->h, sh->d, sh->rot, sh->pos0,
-           c->inplace ? " in-place" : "", c->misalign ? " misaligned" : "");
+           kStyle[st], sh->s, sh->b, sh->h, sh->d, sh->rot, sh->pos0, c->inplace ? " in-place" : "",
+           c->misalign ? " misaligned" : "");
   if (!x || !dy || !y || !dx || !scratch || !angles || !ref || !tol) {
     g_fail++;
     printf("FAIL %s: out of host memory\n", shape);
@@ -163,7 +162,8 @@ static void run_one(kiln_loader *l, const tcase *c, kiln_dtype dt, kiln_rope_lay
   rope_ref_fill(dt, x, n, g_seed++);
   rope_ref_fill(dt, dy, n, g_seed++);
   rope_ref_angles(sh, angles);
-  if (!dev_alloc(&a, bytes + off, msg, sizeof msg) || !dev_alloc(&bb, bytes + off, msg, sizeof msg) ||
+  if (!dev_alloc(&a, bytes + off, msg, sizeof msg) ||
+      !dev_alloc(&bb, bytes + off, msg, sizeof msg) ||
       !dev_alloc(&ang, na * sizeof *angles, msg, sizeof msg) ||
       !dev_put(&ang, angles, msg, sizeof msg)) {
     g_fail++;
@@ -245,32 +245,48 @@ static void check_invalid_args(kiln_loader *l) {
   o = dptr(out.p);
   i = dptr(in.p);
   a = dptr(ang.p);
-  expect_einval("rope_fwd loader=NULL", kiln_rope_fwd(NULL, f32, sb, rh, o, i, a, S, B, H, D, ROT, NULL));
+  expect_einval("rope_fwd loader=NULL",
+                kiln_rope_fwd(NULL, f32, sb, rh, o, i, a, S, B, H, D, ROT, NULL));
   expect_einval("rope_fwd dtype=7", kiln_rope_fwd(l, bad, sb, rh, o, i, a, S, B, H, D, ROT, NULL));
-  expect_einval("rope_fwd layout=2", kiln_rope_fwd(l, f32, bad_l, rh, o, i, a, S, B, H, D, ROT, NULL));
-  expect_einval("rope_fwd style=-1", kiln_rope_fwd(l, f32, sb, bad_s, o, i, a, S, B, H, D, ROT, NULL));
-  expect_einval("rope_fwd y=NULL", kiln_rope_fwd(l, f32, sb, rh, NULL, i, a, S, B, H, D, ROT, NULL));
-  expect_einval("rope_fwd x=NULL", kiln_rope_fwd(l, f32, sb, rh, o, NULL, a, S, B, H, D, ROT, NULL));
-  expect_einval("rope_fwd angles=NULL", kiln_rope_fwd(l, f32, sb, rh, o, i, NULL, S, B, H, D, ROT, NULL));
+  expect_einval("rope_fwd layout=2",
+                kiln_rope_fwd(l, f32, bad_l, rh, o, i, a, S, B, H, D, ROT, NULL));
+  expect_einval("rope_fwd style=-1",
+                kiln_rope_fwd(l, f32, sb, bad_s, o, i, a, S, B, H, D, ROT, NULL));
+  expect_einval("rope_fwd y=NULL",
+                kiln_rope_fwd(l, f32, sb, rh, NULL, i, a, S, B, H, D, ROT, NULL));
+  expect_einval("rope_fwd x=NULL",
+                kiln_rope_fwd(l, f32, sb, rh, o, NULL, a, S, B, H, D, ROT, NULL));
+  expect_einval("rope_fwd angles=NULL",
+                kiln_rope_fwd(l, f32, sb, rh, o, i, NULL, S, B, H, D, ROT, NULL));
   expect_einval("rope_fwd s=0", kiln_rope_fwd(l, f32, sb, rh, o, i, a, 0, B, H, D, ROT, NULL));
   expect_einval("rope_fwd b=0", kiln_rope_fwd(l, f32, sb, rh, o, i, a, S, 0, H, D, ROT, NULL));
   expect_einval("rope_fwd h=-1", kiln_rope_fwd(l, f32, sb, rh, o, i, a, S, B, -1, D, ROT, NULL));
   expect_einval("rope_fwd d=0", kiln_rope_fwd(l, f32, sb, rh, o, i, a, S, B, H, 0, ROT, NULL));
-  expect_einval("rope_fwd rot_dim=7 (odd)", kiln_rope_fwd(l, f32, sb, rh, o, i, a, S, B, H, D, 7, NULL));
-  expect_einval("rope_fwd rot_dim=10 > d=8", kiln_rope_fwd(l, f32, sb, rh, o, i, a, S, B, H, D, 10, NULL));
+  expect_einval("rope_fwd rot_dim=7 (odd)",
+                kiln_rope_fwd(l, f32, sb, rh, o, i, a, S, B, H, D, 7, NULL));
+  expect_einval("rope_fwd rot_dim=10 > d=8",
+                kiln_rope_fwd(l, f32, sb, rh, o, i, a, S, B, H, D, 10, NULL));
   expect_einval("rope_fwd rot_dim=0", kiln_rope_fwd(l, f32, sb, rh, o, i, a, S, B, H, D, 0, NULL));
-  expect_einval("rope_fwd s*b*h*d overflows",
-                kiln_rope_fwd(l, f32, sb, rh, o, i, a, 0x7fffffff, 0x7fffffff, 0x7fffffff, D, ROT, NULL));
-  expect_einval("rope_bwd loader=NULL", kiln_rope_bwd(NULL, f32, sb, rh, o, i, a, S, B, H, D, ROT, NULL));
+  expect_einval("rope_fwd s*b*h*d overflows", kiln_rope_fwd(l, f32, sb, rh, o, i, a, 0x7fffffff,
+                                                            0x7fffffff, 0x7fffffff, D, ROT, NULL));
+  expect_einval("rope_bwd loader=NULL",
+                kiln_rope_bwd(NULL, f32, sb, rh, o, i, a, S, B, H, D, ROT, NULL));
   expect_einval("rope_bwd dtype=7", kiln_rope_bwd(l, bad, sb, rh, o, i, a, S, B, H, D, ROT, NULL));
-  expect_einval("rope_bwd layout=2", kiln_rope_bwd(l, f32, bad_l, rh, o, i, a, S, B, H, D, ROT, NULL));
-  expect_einval("rope_bwd style=-1", kiln_rope_bwd(l, f32, sb, bad_s, o, i, a, S, B, H, D, ROT, NULL));
-  expect_einval("rope_bwd dx=NULL", kiln_rope_bwd(l, f32, sb, rh, NULL, i, a, S, B, H, D, ROT, NULL));
-  expect_einval("rope_bwd dy=NULL", kiln_rope_bwd(l, f32, sb, rh, o, NULL, a, S, B, H, D, ROT, NULL));
-  expect_einval("rope_bwd angles=NULL", kiln_rope_bwd(l, f32, sb, rh, o, i, NULL, S, B, H, D, ROT, NULL));
+  expect_einval("rope_bwd layout=2",
+                kiln_rope_bwd(l, f32, bad_l, rh, o, i, a, S, B, H, D, ROT, NULL));
+  expect_einval("rope_bwd style=-1",
+                kiln_rope_bwd(l, f32, sb, bad_s, o, i, a, S, B, H, D, ROT, NULL));
+  expect_einval("rope_bwd dx=NULL",
+                kiln_rope_bwd(l, f32, sb, rh, NULL, i, a, S, B, H, D, ROT, NULL));
+  expect_einval("rope_bwd dy=NULL",
+                kiln_rope_bwd(l, f32, sb, rh, o, NULL, a, S, B, H, D, ROT, NULL));
+  expect_einval("rope_bwd angles=NULL",
+                kiln_rope_bwd(l, f32, sb, rh, o, i, NULL, S, B, H, D, ROT, NULL));
   expect_einval("rope_bwd s=0", kiln_rope_bwd(l, f32, sb, rh, o, i, a, 0, B, H, D, ROT, NULL));
-  expect_einval("rope_bwd rot_dim=3 (odd)", kiln_rope_bwd(l, f32, sb, rh, o, i, a, S, B, H, D, 3, NULL));
-  expect_einval("rope_bwd rot_dim=10 > d=8", kiln_rope_bwd(l, f32, sb, rh, o, i, a, S, B, H, D, 10, NULL));
+  expect_einval("rope_bwd rot_dim=3 (odd)",
+                kiln_rope_bwd(l, f32, sb, rh, o, i, a, S, B, H, D, 3, NULL));
+  expect_einval("rope_bwd rot_dim=10 > d=8",
+                kiln_rope_bwd(l, f32, sb, rh, o, i, a, S, B, H, D, 10, NULL));
   if (dev_sync("sync after invalid calls", msg, sizeof msg) &&
       dev_get(&out, host, "out", msg, sizeof msg)) {
     size_t k = 0;
@@ -332,8 +348,8 @@ int main(void) {
     goto out;
   }
   printf("device 0: %s, sm_%d%d, %d SMs, driver %d, cache %s%s\n", info.name, info.cc_major,
-         info.cc_minor, info.sm_count, info.driver_version,
-         o.cache_dir ? o.cache_dir : env_cache, g_quick ? ", quick" : "");
+         info.cc_minor, info.sm_count, info.driver_version, o.cache_dir ? o.cache_dir : env_cache,
+         g_quick ? ", quick" : "");
   if (!dev_open(0, msg, sizeof msg)) {
     printf("FAIL make device 0's primary context current: %s\n", msg);
     g_fail++;
