@@ -76,8 +76,8 @@ __device__ __forceinline__ void kiln_rope_cs(const float *cache, const float *an
                                              float *sn) {
   float s0, c0;
   if (kAllCached || i < KILN_ROPE_CACHE_PAIRS) {
-    c0 = cache[2 * i];
-    s0 = cache[2 * i + 1];
+    c0 = cache[i];
+    s0 = cache[KILN_ROPE_CACHE_PAIRS + i];
   } else {
     kiln_rope_sincos(ang[i], &s0, &c0);
     if (kBwd) s0 = -s0;
@@ -176,6 +176,8 @@ kiln_rope_unit(T *y, const T *x, const float *cache, const float *ang, kiln_i64 
 template <typename T, bool kIl, bool kBwd>
 __device__ __forceinline__ void kiln_rope(T *y, const T *x, const float *angles, int s, int b,
                                           int h, int d, int rot, int layout, int bchunk) {
+  /* cos of pair i at [i], (+-)sin at [KILN_ROPE_CACHE_PAIRS + i]: a vector
+   * item reads V consecutive floats of each (16-byte shared loads) */
   __shared__ float cache[2 * KILN_ROPE_CACHE_PAIRS];
   const int half = rot >> 1;
   const int V = KILN_VEC(T);
@@ -200,8 +202,8 @@ __device__ __forceinline__ void kiln_rope(T *y, const T *x, const float *angles,
     for (int i = threadIdx.x; i < cached; i += KILN_ROPE_THREADS) {
       float sn, c;
       kiln_rope_sincos(ang[i], &sn, &c);
-      cache[2 * i] = c;
-      cache[2 * i + 1] = kBwd ? -sn : sn;
+      cache[i] = c;
+      cache[KILN_ROPE_CACHE_PAIRS + i] = kBwd ? -sn : sn;
     }
     __syncthreads();
     const kiln_i64 base = p * ps + (kiln_i64)b0 * bs;
