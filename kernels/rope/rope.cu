@@ -26,7 +26,7 @@
 #define KILN_ROPE_THREADS 256
 /* Resident blocks per SM the registers must allow (<= 40 registers): with
  * __launch_bounds__(256) alone ptxas chose 32 registers for some entries and
- * spilled (NVRTC 13.0, sm_80/sm_90); 6 x 256 threads keep 48 warps per SM in
+ * spilled (NVRTC 13.0: sm_80, sm_90, sm_120); 6 x 256 threads keep 48 warps per SM in
  * flight, enough for a memory-bound kernel. */
 #define KILN_ROPE_MIN_BLOCKS 6
 #define KILN_ROPE_CACHE_PAIRS 1024 /* rot_dim <= 2048 uses the shared cache only */
