@@ -120,10 +120,19 @@ __device__ __forceinline__ kiln_ce_acc kiln_ce_row_pass(const T *x, int n, bool 
   return a;
 }
 
+__device__ __forceinline__ float kiln_ce_pos_inf() {
+  return __uint_as_float(0x7f800000u);
+}
+
 /* Shared by fwd (stats = false: loss, lse) and stats (row_max, sumexp, tgt).
- * A row whose target is ignore_index, or bad (outside [0, vocab_size): noted
- * in e), is not read: fwd writes loss 0, lse 0; stats row_max 0, sumexp 1,
- * tgt 0 (after the all-reduces, lse = log(TP), finite). */
+ * A row whose target is ignore_index is not read: fwd writes loss 0, lse 0;
+ * stats row_max 0, sumexp 1, tgt 0 (after the all-reduces, lse = log(TP),
+ * finite). A bad target (outside [0, vocab_size), not ignore_index) is noted
+ * in e and its row not read either: fwd writes loss 0, lse +inf; stats
+ * row_max +inf, sumexp 1, tgt 0, which the loss step recognises (gmax = +inf
+ * with a sumexp that is not NaN: every rank marks the row, and a real +inf
+ * logit makes sumexp NaN) and turns into loss 0, lse +inf. With lse = +inf
+ * the backward's row is exp(x - inf) = 0: the row is ignored at any TP. */
 template <bool kStats, typename T>
 __device__ __forceinline__ void kiln_ce_forward(float *o0, float *o1, float *o2, const T *logits,
                                                 const kiln_i64 *target, kiln_i64 rows, int vpart,
@@ -137,9 +146,14 @@ __device__ __forceinline__ void kiln_ce_forward(float *o0, float *o1, float *o2,
     if (t == ignore || bad) { /* uniform over the block: no barrier is skipped by some only */
       if (threadIdx.x == 0) {
         if (bad) kiln_op_error_note(e, row);
-        o0[row] = 0.f;
-        o1[row] = kStats ? 1.f : 0.f;
-        if (kStats) o2[row] = 0.f;
+        if (kStats) {
+          o0[row] = bad ? kiln_ce_pos_inf() : 0.f;
+          o1[row] = 1.f;
+          o2[row] = 0.f;
+        } else {
+          o0[row] = 0.f;
+          o1[row] = bad ? kiln_ce_pos_inf() : 0.f;
+        }
       }
       continue;
     }
@@ -278,17 +292,19 @@ extern "C" __global__ void __launch_bounds__(KILN_CE_VTHREADS)
   }
 }
 
-/* lse = gmax + log(sumexp), loss = lse - tgt (0 for ignored rows). */
+/* lse = gmax + log(sumexp), loss = lse - tgt (0 for ignored rows); a row
+ * that stats marked bad (gmax = +inf, sumexp not NaN): loss 0, lse +inf. */
 extern "C" __global__ void __launch_bounds__(KILN_CE_VTHREADS)
     kiln_cross_entropy_loss_f32_g(float *loss, float *lse, const float *gmax, const float *sumexp,
                                   const float *tgt, const kiln_i64 *target, kiln_i64 rows,
                                   kiln_i64 ignore_index) {
   for (kiln_i64 r = (kiln_i64)blockIdx.x * KILN_CE_VTHREADS + threadIdx.x; r < rows;
        r += (kiln_i64)gridDim.x * KILN_CE_VTHREADS) {
-    const float g = gmax[r];
-    const float l = (g == kiln_neg_inf() ? 0.f : g) + logf(sumexp[r]);
+    const float g = gmax[r], se = sumexp[r];
+    const bool bad = g == kiln_ce_pos_inf() && se == se;
+    const float l = bad ? g : (g == kiln_neg_inf() ? 0.f : g) + logf(se);
     lse[r] = l;
-    loss[r] = target[r] == ignore_index ? 0.f : l - tgt[r];
+    loss[r] = (bad || target[r] == ignore_index) ? 0.f : l - tgt[r];
   }
 }
 

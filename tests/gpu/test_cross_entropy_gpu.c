@@ -464,54 +464,95 @@ static void expect_msg(const char *what, kiln_status st, const char *want) {
          kiln_last_error(), want);
 }
 
+static int is_bad_row(int r) {
+  return r == 2 || r == 4 || r == 6;
+}
+
+/* loss (0) and lse (+inf) of the bad rows, the others against the reference. */
+static void check_bad_rows(const char *what, const ce_host *h, const float *loss, const float *lse,
+                           int rows, double tol_scale) {
+  for (int r = 0; r < rows; r++) {
+    const int ok = is_bad_row(r) ? loss[r] == 0 && lse[r] == INFINITY
+                   : h->target[r] == IGNORE
+                       ? loss[r] == 0 && isfinite(lse[r])
+                       : fabs(loss[r] - h->loss[r]) <=
+                             tol_scale * tol_lse(h->lse[r], h->xmax[r], 8) &&
+                             fabs(lse[r] - h->lse[r]) <= tol_scale * tol_lse(h->lse[r], h->xmax[r], 8);
+    if (!ok) {
+      fail("%s: row %d: loss %.9g, lse %.9g (want %s)", what, r, loss[r], lse[r],
+           is_bad_row(r) ? "0 and +inf" : "the reference");
+      return;
+    }
+  }
+  pass("%s: bad rows have loss 0 and lse +inf, the other rows are right", what);
+}
+
 static void check_bad_targets(kiln_loader *l) {
-  enum { ROWS = 7, V = 1001 };
+  enum { ROWS = 7, V = 1001, SPLIT = 500 };
   static const char want[] = "kiln_cross_entropy: target 1001 at row 2 is outside the vocabulary "
                              "[0, 1001) and is not the ignore index";
   ce_case c = {KILN_F32, ROWS, V, 8.0, 0, 0};
   ce_host h;
   char msg[512] = "";
-  dbuf x = {0, 0}, tg = {0, 0}, loss = {0, 0}, lse = {0, 0}, x1 = {0, 0}, m = {0, 0},
-       se = {0, 0}, t = {0, 0};
-  float hl[ROWS], hs[ROWS];
+  dbuf x = {0, 0}, tg = {0, 0}, loss = {0, 0}, lse = {0, 0}, dl = {0, 0}, gm = {0, 0};
+  dbuf xp[2] = {{0, 0}, {0, 0}}, m[2] = {{0, 0}, {0, 0}}, se[2] = {{0, 0}, {0, 0}},
+       t[2] = {{0, 0}, {0, 0}};
+  float hl[ROWS], hs[ROWS], hm[2][ROWS], hse[2][ROWS], ht[2][ROWS], g[ROWS * V];
   if (!host_make(&h, &c)) {
     fail("bad targets: out of host memory");
     host_free(&h);
     return;
   }
-  h.target[2] = V;    /* the first bad one */
-  h.target[4] = -5;   /* another */
+  h.target[2] = V;  /* the first bad one */
+  h.target[4] = -5; /* others */
   h.target[6] = 1LL << 40;
   ce_ref_fwd(c.dt, h.x, h.target, c.rows, c.vocab, IGNORE, h.loss, h.lse, h.xmax);
   if (!put_logits(&x, &c, &h, 0, V, 0, msg, sizeof msg) ||
       !dev_alloc(&tg, ROWS * 8, msg, sizeof msg) || !dev_put(&tg, h.target, msg, sizeof msg) ||
       !dev_alloc(&loss, ROWS * 4, msg, sizeof msg) || !dev_alloc(&lse, ROWS * 4, msg, sizeof msg) ||
-      !put_logits(&x1, &c, &h, 500, V - 500, 0, msg, sizeof msg) ||
-      !dev_alloc(&m, ROWS * 4, msg, sizeof msg) || !dev_alloc(&se, ROWS * 4, msg, sizeof msg) ||
-      !dev_alloc(&t, ROWS * 4, msg, sizeof msg)) {
+      !dev_alloc(&dl, ROWS * 4, msg, sizeof msg) || !dev_put(&dl, h.dloss, msg, sizeof msg) ||
+      !dev_alloc(&gm, ROWS * 4, msg, sizeof msg) ||
+      !put_logits(&xp[0], &c, &h, 0, SPLIT, 0, msg, sizeof msg) ||
+      !put_logits(&xp[1], &c, &h, SPLIT, V - SPLIT, 0, msg, sizeof msg)) {
     fail("bad targets: %s", msg);
     goto out;
   }
+  for (int k = 0; k < 2; k++)
+    if (!dev_alloc(&m[k], ROWS * 4, msg, sizeof msg) ||
+        !dev_alloc(&se[k], ROWS * 4, msg, sizeof msg) ||
+        !dev_alloc(&t[k], ROWS * 4, msg, sizeof msg)) {
+      fail("bad targets: %s", msg);
+      goto out;
+    }
   /* TP = 1, checked at once */
   expect_msg("bad target fwd KILN_OPS_SYNC_CHECK",
              kiln_cross_entropy_fwd(l, KILN_F32, dptr(loss.p), dptr(lse.p), dptr(x.p), dptr(tg.p),
                                     ROWS, V, IGNORE, KILN_OPS_SYNC_CHECK, NULL),
              want);
-  if (!dev_get(&loss, hl, "loss", msg, sizeof msg) || !dev_get(&lse, hs, "lse", msg, sizeof msg)) {
+  if (!dev_get(&loss, hl, "loss", msg, sizeof msg) || !dev_get(&lse, hs, "lse", msg, sizeof msg))
     fail("bad targets: %s", msg);
+  else
+    check_bad_rows("bad target fwd", &h, hl, hs, ROWS, 1);
+  /* the backward from that lse: the bad rows (and the ignored one) are 0 */
+  if (!status_ok(kiln_cross_entropy_bwd(l, KILN_F32, dptr(x.p), dptr(lse.p), dptr(dl.p),
+                                        dptr(tg.p), ROWS, V, 0, IGNORE, NULL),
+                 msg, sizeof msg) ||
+      !dev_sync("backward", msg, sizeof msg) || !dev_get(&x, g, "logits", msg, sizeof msg)) {
+    fail("bad target bwd: %s", msg);
   } else {
-    int ok = hl[2] == 0 && hl[4] == 0 && hl[6] == 0 && isfinite(hs[2]);
-    for (int r = 0; r < ROWS && ok; r++)
-      if (r != 2 && r != 4 && r != 6 && h.target[r] != IGNORE)
-        ok = fabs(hl[r] - h.loss[r]) <= tol_lse(h.lse[r], h.xmax[r], 8);
-    if (ok)
-      pass("bad target rows have loss 0, the other rows are right");
+    int bad = -1;
+    for (int r = 0; r < ROWS && bad < 0; r++)
+      for (int k = 0; k < V; k++)
+        if ((is_bad_row(r) || h.target[r] == IGNORE) ? g[r * V + k] != 0 : !isfinite(g[r * V + k]))
+          bad = r;
+    if (bad < 0)
+      pass("bad target bwd: the bad and ignored rows are 0, the others finite");
     else
-      fail("bad target rows: loss %g %g %g (must be 0) or another row is wrong", hl[2], hl[4],
-           hl[6]);
+      fail("bad target bwd: row %d is wrong", bad);
   }
   /* TP = 1, checked later; then nothing is left to report */
-  if (!status_ok(kiln_cross_entropy_fwd(l, KILN_F32, dptr(loss.p), dptr(lse.p), dptr(x.p),
+  if (!dev_put(&x, h.x, msg, sizeof msg) || /* the backward overwrote it */
+      !status_ok(kiln_cross_entropy_fwd(l, KILN_F32, dptr(loss.p), dptr(lse.p), dptr(x.p),
                                         dptr(tg.p), ROWS, V, IGNORE, 0, NULL),
                  msg, sizeof msg))
     fail("bad target fwd without the flag: %s", msg);
@@ -522,18 +563,48 @@ static void check_bad_targets(kiln_loader *l) {
     pass("kiln_ops_check again: KILN_OK (the report was cleared)");
   else
     fail("kiln_ops_check again: %s", kiln_last_error());
-  /* TP = 2: each rank's stats reports the same */
+  /* TP = 2: each rank's stats reports the same; the loss step gives the same rows */
   expect_msg("bad target stats rank 0 KILN_OPS_SYNC_CHECK",
-             kiln_cross_entropy_stats(l, KILN_F32, dptr(m.p), dptr(se.p), dptr(t.p), dptr(x.p),
-                                      dptr(tg.p), ROWS, 500, 0, V, IGNORE, KILN_OPS_SYNC_CHECK,
-                                      NULL),
+             kiln_cross_entropy_stats(l, KILN_F32, dptr(m[0].p), dptr(se[0].p), dptr(t[0].p),
+                                      dptr(xp[0].p), dptr(tg.p), ROWS, SPLIT, 0, V, IGNORE,
+                                      KILN_OPS_SYNC_CHECK, NULL),
              want);
-  if (!status_ok(kiln_cross_entropy_stats(l, KILN_F32, dptr(m.p), dptr(se.p), dptr(t.p),
-                                          dptr(x1.p), dptr(tg.p), ROWS, V - 500, 500, V, IGNORE,
-                                          0, NULL),
+  if (!status_ok(kiln_cross_entropy_stats(l, KILN_F32, dptr(m[1].p), dptr(se[1].p), dptr(t[1].p),
+                                          dptr(xp[1].p), dptr(tg.p), ROWS, V - SPLIT, SPLIT, V,
+                                          IGNORE, 0, NULL),
                  msg, sizeof msg))
     fail("bad target stats rank 1 without the flag: %s", msg);
   expect_msg("bad target kiln_ops_check after stats rank 1", kiln_ops_check(l, NULL), want);
+  {
+    float gmax[ROWS], sum[ROWS], tsum[ROWS];
+    int ok = 1;
+    for (int k = 0; k < 2 && ok; k++)
+      ok = dev_get(&m[k], hm[k], "row_max", msg, sizeof msg) &&
+           dev_get(&t[k], ht[k], "tgt", msg, sizeof msg);
+    for (int r = 0; r < ROWS; r++)
+      gmax[r] = hm[0][r] > hm[1][r] ? hm[0][r] : hm[1][r];
+    ok = ok && dev_put(&gm, gmax, msg, sizeof msg);
+    for (int k = 0; k < 2 && ok; k++)
+      ok = status_ok(kiln_cross_entropy_rescale(l, dptr(se[k].p), dptr(m[k].p), dptr(gm.p), ROWS,
+                                                NULL),
+                     msg, sizeof msg) &&
+           dev_get(&se[k], hse[k], "sumexp", msg, sizeof msg);
+    for (int r = 0; r < ROWS; r++) {
+      sum[r] = hse[0][r] + hse[1][r];
+      tsum[r] = ht[0][r] + ht[1][r];
+    }
+    ok = ok && dev_put(&se[0], sum, msg, sizeof msg) && dev_put(&t[0], tsum, msg, sizeof msg) &&
+         dev_poison(&loss, msg, sizeof msg) && dev_poison(&lse, msg, sizeof msg) &&
+         status_ok(kiln_cross_entropy_loss(l, dptr(loss.p), dptr(lse.p), dptr(gm.p),
+                                           dptr(se[0].p), dptr(t[0].p), dptr(tg.p), ROWS, IGNORE,
+                                           NULL),
+                   msg, sizeof msg) &&
+         dev_get(&loss, hl, "loss", msg, sizeof msg) && dev_get(&lse, hs, "lse", msg, sizeof msg);
+    if (!ok)
+      fail("bad target tp2: %s", msg);
+    else
+      check_bad_rows("bad target tp2 loss", &h, hl, hs, ROWS, 2);
+  }
   /* the context keeps working */
   h.target[2] = 3;
   h.target[4] = IGNORE;
@@ -553,10 +624,14 @@ out:
   dev_free(&tg);
   dev_free(&loss);
   dev_free(&lse);
-  dev_free(&x1);
-  dev_free(&m);
-  dev_free(&se);
-  dev_free(&t);
+  dev_free(&dl);
+  dev_free(&gm);
+  for (int k = 0; k < 2; k++) {
+    dev_free(&xp[k]);
+    dev_free(&m[k]);
+    dev_free(&se[k]);
+    dev_free(&t[k]);
+  }
   host_free(&h);
 }
 
