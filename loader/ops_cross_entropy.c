@@ -113,7 +113,7 @@ kiln_status kiln_cross_entropy_stats(kiln_loader *l, kiln_dtype dt, float *row_m
   KILN_CHECK(check_flags(op, flags));
   KILN_CHECK(kiln_op_error_block(l, &e));
   {
-    void *args[] = {&row_max, &sumexp,     &tgt,        &logits,       &target, &rows,
+    void *args[] = {&row_max,    &sumexp,      &tgt,        &logits,       &target, &rows,
                     &vocab_part, &vocab_start, &vocab_size, &ignore_index, &e};
     KILN_CHECK(
         launch(l, op, "stats", kiln_dtype_str(dt), row_grid(rows), CE_THREADS, args, stream));
@@ -176,13 +176,15 @@ kiln_status kiln_cross_entropy_bwd(kiln_loader *l, kiln_dtype dt, void *logits, 
   KILN_CHECK(kiln_op_need_ptr(op, target, "target"));
   KILN_CHECK(check_shape(op, dt, rows, vocab_part, "vocab_part"));
   if (vocab_start < 0 || vocab_start > LLONG_MAX - vocab_part) {
-    rc = kiln_fail(KILN_EINVAL, "%s: vocab_start = %lld, must be >= 0 (and vocab_start + %d "
-                   "must fit 64 bits)", op, vocab_start, vocab_part);
+    rc = kiln_fail(KILN_EINVAL,
+                   "%s: vocab_start = %lld, must be >= 0 (and vocab_start + %d "
+                   "must fit 64 bits)",
+                   op, vocab_start, vocab_part);
     goto out;
   }
   {
-    void *args[] = {&logits, &lse, &dloss, &target, &rows, &vocab_part, &vocab_start,
-                    &ignore_index};
+    void *args[] = {&logits, &lse,        &dloss,       &target,
+                    &rows,   &vocab_part, &vocab_start, &ignore_index};
     rc = launch(l, op, "bwd", kiln_dtype_str(dt), row_grid(rows), CE_THREADS, args, stream);
   }
 out:

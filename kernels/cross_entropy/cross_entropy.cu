@@ -87,15 +87,15 @@ template <typename T>
 __device__ __forceinline__ kiln_ce_acc kiln_ce_row_pass(const T *x, int n, bool vec) {
   kiln_ce_acc a;
   kiln_ce_acc_init(a);
-  const int tid = threadIdx.x;
+  const unsigned tid = threadIdx.x; /* unsigned: i + a step < 2^32 for any int vocab */
   if (vec) {
     const int W = KILN_VEC(T), U = KILN_CE_VALUES / KILN_VEC(T);
-    const int nv = n / W;
-    for (int i = tid; i < nv; i += KILN_CE_THREADS * U) {
+    const unsigned nv = (unsigned)n / W;
+    for (unsigned i = tid; i < nv; i += KILN_CE_THREADS * U) {
       float v[KILN_CE_VALUES];
 #pragma unroll
       for (int k = 0; k < U; ++k) {
-        const int j = i + k * KILN_CE_THREADS;
+        const unsigned j = i + k * KILN_CE_THREADS;
         if (j < nv) {
           kiln_load_vec(x + (kiln_i64)j * W, v + k * W);
         } else {
@@ -107,12 +107,12 @@ __device__ __forceinline__ kiln_ce_acc kiln_ce_row_pass(const T *x, int n, bool 
       kiln_ce_absorb<KILN_CE_VALUES>(a, v);
     }
   } else {
-    for (int i = tid; i < n; i += KILN_CE_THREADS * KILN_CE_VALUES) {
+    for (unsigned i = tid; i < (unsigned)n; i += KILN_CE_THREADS * KILN_CE_VALUES) {
       float v[KILN_CE_VALUES];
 #pragma unroll
       for (int k = 0; k < KILN_CE_VALUES; ++k) {
-        const int j = i + k * KILN_CE_THREADS;
-        v[k] = j < n ? kiln_load_f32(x + j) : kiln_neg_inf();
+        const unsigned j = i + k * KILN_CE_THREADS;
+        v[k] = j < (unsigned)n ? kiln_load_f32(x + j) : kiln_neg_inf();
       }
       kiln_ce_absorb<KILN_CE_VALUES>(a, v);
     }
@@ -190,7 +190,7 @@ __device__ __forceinline__ void kiln_ce_backward(T *logits, const float *lse, co
                                                  const kiln_i64 *target, kiln_i64 rows, int vpart,
                                                  kiln_i64 vstart, kiln_i64 ignore) {
   const bool vec = kiln_aligned16(logits) && vpart % KILN_VEC(T) == 0;
-  const int tid = threadIdx.x;
+  const unsigned tid = threadIdx.x; /* unsigned: i + a step < 2^32 for any int vocab */
   for (kiln_i64 row = blockIdx.x; row < rows; row += gridDim.x) {
     const kiln_i64 t = target[row];
     const bool zero = t == ignore;
@@ -200,8 +200,8 @@ __device__ __forceinline__ void kiln_ce_backward(T *logits, const float *lse, co
     T *x = logits + row * vpart;
     if (vec) {
       const int W = KILN_VEC(T), U = KILN_CE_VALUES / KILN_VEC(T);
-      const int nv = vpart / W;
-      for (int i = tid; i < nv; i += KILN_CE_THREADS * U) {
+      const unsigned nv = (unsigned)vpart / W;
+      for (unsigned i = tid; i < nv; i += KILN_CE_THREADS * U) {
         float v[KILN_CE_VALUES];
         if (zero) {
 #pragma unroll
@@ -210,7 +210,7 @@ __device__ __forceinline__ void kiln_ce_backward(T *logits, const float *lse, co
         } else {
 #pragma unroll
           for (int k = 0; k < U; ++k) {
-            const int j = i + k * KILN_CE_THREADS;
+            const unsigned j = i + k * KILN_CE_THREADS;
             if (j < nv) {
               kiln_load_vec(x + (kiln_i64)j * W, v + k * W);
             } else {
@@ -221,7 +221,7 @@ __device__ __forceinline__ void kiln_ce_backward(T *logits, const float *lse, co
           }
 #pragma unroll
           for (int k = 0; k < U; ++k) {
-            const int j = i + k * KILN_CE_THREADS;
+            const unsigned j = i + k * KILN_CE_THREADS;
 #pragma unroll
             for (int q = 0; q < W; ++q)
               v[k * W + q] = kiln_ce_grad(v[k * W + q], l, dl, (kiln_i64)j * W + q, tcol);
@@ -229,22 +229,23 @@ __device__ __forceinline__ void kiln_ce_backward(T *logits, const float *lse, co
         }
 #pragma unroll
         for (int k = 0; k < U; ++k) {
-          const int j = i + k * KILN_CE_THREADS;
+          const unsigned j = i + k * KILN_CE_THREADS;
           if (j < nv) kiln_store_vec(x + (kiln_i64)j * W, v + k * W);
         }
       }
     } else {
-      for (int i = tid; i < vpart; i += KILN_CE_THREADS * KILN_CE_VALUES) {
+      for (unsigned i = tid; i < (unsigned)vpart; i += KILN_CE_THREADS * KILN_CE_VALUES) {
         float v[KILN_CE_VALUES];
 #pragma unroll
         for (int k = 0; k < KILN_CE_VALUES; ++k) {
-          const int j = i + k * KILN_CE_THREADS;
-          v[k] = (!zero && j < vpart) ? kiln_load_f32(x + j) : 0.f;
+          const unsigned j = i + k * KILN_CE_THREADS;
+          v[k] = (!zero && j < (unsigned)vpart) ? kiln_load_f32(x + j) : 0.f;
         }
 #pragma unroll
         for (int k = 0; k < KILN_CE_VALUES; ++k) {
-          const int j = i + k * KILN_CE_THREADS;
-          if (j < vpart) kiln_store_f32(x + j, zero ? 0.f : kiln_ce_grad(v[k], l, dl, j, tcol));
+          const unsigned j = i + k * KILN_CE_THREADS;
+          if (j < (unsigned)vpart)
+            kiln_store_f32(x + j, zero ? 0.f : kiln_ce_grad(v[k], l, dl, (kiln_i64)j, tcol));
         }
       }
     }
@@ -254,25 +255,22 @@ __device__ __forceinline__ void kiln_ce_backward(T *logits, const float *lse, co
 /* ---- entry points ---------------------------------------------------------- */
 
 #define KILN_CE_ENTRIES_(dt, T)                                                                    \
-  extern "C" __global__ void __launch_bounds__(KILN_CE_THREADS)                                    \
-      kiln_cross_entropy_fwd_##dt##_g(float *loss, float *lse, const T *logits,                    \
-                                      const kiln_i64 *target, kiln_i64 rows, int vocab_size,       \
-                                      kiln_i64 ignore_index, kiln_op_error *err) {                 \
+  extern "C" __global__ void __launch_bounds__(KILN_CE_THREADS) kiln_cross_entropy_fwd_##dt##_g(   \
+      float *loss, float *lse, const T *logits, const kiln_i64 *target, kiln_i64 rows,             \
+      int vocab_size, kiln_i64 ignore_index, kiln_op_error *err) {                                 \
     kiln_ce_forward<false>(loss, lse, (float *)0, logits, target, rows, vocab_size, 0,             \
                            (kiln_i64)vocab_size, ignore_index, err);                               \
   }                                                                                                \
-  extern "C" __global__ void __launch_bounds__(KILN_CE_THREADS)                                    \
-      kiln_cross_entropy_stats_##dt##_g(float *row_max, float *sumexp, float *tgt,                 \
-                                        const T *logits, const kiln_i64 *target, kiln_i64 rows,    \
-                                        int vocab_part, kiln_i64 vocab_start, kiln_i64 vocab_size, \
-                                        kiln_i64 ignore_index, kiln_op_error *err) {               \
+  extern "C" __global__ void __launch_bounds__(KILN_CE_THREADS) kiln_cross_entropy_stats_##dt##_g( \
+      float *row_max, float *sumexp, float *tgt, const T *logits, const kiln_i64 *target,          \
+      kiln_i64 rows, int vocab_part, kiln_i64 vocab_start, kiln_i64 vocab_size,                    \
+      kiln_i64 ignore_index, kiln_op_error *err) {                                                 \
     kiln_ce_forward<true>(row_max, sumexp, tgt, logits, target, rows, vocab_part, vocab_start,     \
                           vocab_size, ignore_index, err);                                          \
   }                                                                                                \
-  extern "C" __global__ void __launch_bounds__(KILN_CE_THREADS)                                    \
-      kiln_cross_entropy_bwd_##dt##_g(T *logits, const float *lse, const float *dloss,             \
-                                      const kiln_i64 *target, kiln_i64 rows, int vocab_part,       \
-                                      kiln_i64 vocab_start, kiln_i64 ignore_index) {               \
+  extern "C" __global__ void __launch_bounds__(KILN_CE_THREADS) kiln_cross_entropy_bwd_##dt##_g(   \
+      T *logits, const float *lse, const float *dloss, const kiln_i64 *target, kiln_i64 rows,      \
+      int vocab_part, kiln_i64 vocab_start, kiln_i64 ignore_index) {                               \
     kiln_ce_backward(logits, lse, dloss, target, rows, vocab_part, vocab_start, ignore_index);     \
   }
 

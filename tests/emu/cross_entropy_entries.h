@@ -19,18 +19,16 @@
 #define KILN_EMU_CROSS_ENTROPY_DTYPES(X) X(f32, float) X(f16, kiln_f16) X(bf16, kiln_bf16)
 
 #define KILN_EMU_CROSS_ENTROPY_DECL_(dt, T)                                                        \
-  extern "C" void kiln_cross_entropy_fwd_##dt##_g(float *loss, float *lse, const T *logits,        \
-                                                  const long long *target, long long rows,         \
-                                                  int vocab_size, long long ignore_index,          \
-                                                  kiln_op_error *err);                             \
+  extern "C" void kiln_cross_entropy_fwd_##dt##_g(                                                 \
+      float *loss, float *lse, const T *logits, const long long *target, long long rows,           \
+      int vocab_size, long long ignore_index, kiln_op_error *err);                                 \
   extern "C" void kiln_cross_entropy_stats_##dt##_g(                                               \
       float *row_max, float *sumexp, float *tgt, const T *logits, const long long *target,         \
       long long rows, int vocab_part, long long vocab_start, long long vocab_size,                 \
       long long ignore_index, kiln_op_error *err);                                                 \
-  extern "C" void kiln_cross_entropy_bwd_##dt##_g(T *logits, const float *lse, const float *dloss, \
-                                                  const long long *target, long long rows,         \
-                                                  int vocab_part, long long vocab_start,           \
-                                                  long long ignore_index);
+  extern "C" void kiln_cross_entropy_bwd_##dt##_g(                                                 \
+      T *logits, const float *lse, const float *dloss, const long long *target, long long rows,    \
+      int vocab_part, long long vocab_start, long long ignore_index);
 KILN_EMU_CROSS_ENTROPY_DTYPES(KILN_EMU_CROSS_ENTROPY_DECL_)
 #undef KILN_EMU_CROSS_ENTROPY_DECL_
 

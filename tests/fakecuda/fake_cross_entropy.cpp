@@ -150,9 +150,8 @@ void run_fwd(void *const *p) {
     param<long long>(p, 6), param<kiln_op_error *>(p, 7));
 }
 
-template <class T,
-          void (*F)(float *, float *, float *, const T *, const long long *, long long, int,
-                    long long, long long, long long, kiln_op_error *)>
+template <class T, void (*F)(float *, float *, float *, const T *, const long long *, long long,
+                             int, long long, long long, long long, kiln_op_error *)>
 void run_stats(void *const *p) {
   F(param<float *>(p, 0), param<float *>(p, 1), param<float *>(p, 2), param<const T *>(p, 3),
     param<const long long *>(p, 4), param<long long>(p, 5), param<int>(p, 6),
@@ -186,8 +185,7 @@ void run_err(void *const *p) {
 }
 
 const ce_info kFwdF32 = {kFwd, kF32, 4}, kFwdF16 = {kFwd, kF16, 2}, kFwdBf16 = {kFwd, kBf16, 2};
-const ce_info kStF32 = {kStats, kF32, 4}, kStF16 = {kStats, kF16, 2},
-              kStBf16 = {kStats, kBf16, 2};
+const ce_info kStF32 = {kStats, kF32, 4}, kStF16 = {kStats, kF16, 2}, kStBf16 = {kStats, kBf16, 2};
 const ce_info kBwdF32 = {kBwd, kF32, 4}, kBwdF16 = {kBwd, kF16, 2}, kBwdBf16 = {kBwd, kBf16, 2};
 const ce_info kRescaleI = {kRescale, kF32, 4}, kLossI = {kLoss, kF32, 4}, kErrI = {kErr, kF32, 8};
 
@@ -200,9 +198,9 @@ const ce_info kRescaleI = {kRescale, kF32, 4}, kLossI = {kLoss, kF32, 4}, kErrI 
        &bi},
 const entry kEntries[] = {
     KILN_FAKE_CE_DT_(f32, float, kFwdF32, kStF32, kBwdF32)
-    KILN_FAKE_CE_DT_(f16, kiln_f16, kFwdF16, kStF16, kBwdF16)
-    KILN_FAKE_CE_DT_(bf16, kiln_bf16, kFwdBf16, kStBf16, kBwdBf16)
-    {"kiln_cross_entropy_rescale_f32_g", 256, plan, run_rescale, &kRescaleI},
+        KILN_FAKE_CE_DT_(f16, kiln_f16, kFwdF16, kStF16, kBwdF16)
+            KILN_FAKE_CE_DT_(bf16, kiln_bf16, kFwdBf16, kStBf16, kBwdBf16){
+                "kiln_cross_entropy_rescale_f32_g", 256, plan, run_rescale, &kRescaleI},
     {"kiln_cross_entropy_loss_f32_g", 256, plan, run_loss, &kLossI},
     {"kiln_cross_entropy_err_i64_g", 32, plan, run_err, &kErrI},
 };

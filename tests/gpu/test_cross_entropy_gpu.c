@@ -131,10 +131,10 @@ static int host_make(ce_host *h, const ce_case *c) {
     return 0;
   for (long long r = 0; r < c->rows; r++) {
     /* the first and last columns, ignored rows (1, 6, ...), random others */
-    h->target[r] = r == 0                           ? 0
-                   : r == c->rows - 1               ? c->vocab - 1
-                   : r % 5 == 1                     ? IGNORE
-                                                    : (int64_t)(ce_rng_next(&g_seed) % (uint64_t)c->vocab);
+    h->target[r] = r == 0             ? 0
+                   : r == c->rows - 1 ? c->vocab - 1
+                   : r % 5 == 1       ? IGNORE
+                                      : (int64_t)(ce_rng_next(&g_seed) % (uint64_t)c->vocab);
     h->dloss[r] = (float)ce_rng_uniform(&g_seed, 0.5, 1.5);
   }
   ce_make_logits(c->dt, h->x, c->rows, c->vocab, c->scale, c->neg_inf, h->target, &g_seed);
@@ -261,13 +261,12 @@ static void run_tp1(kiln_loader *l, const ce_case *c, const ce_host *h) {
   }
   /* forward */
   if (!dev_poison(&loss, msg, sizeof msg) || !dev_poison(&lse, msg, sizeof msg) ||
-      !status_ok(kiln_cross_entropy_fwd(l, c->dt, dptr(loss.p), dptr(lse.p),
-                                        logits_ptr(&x, c, off), dptr(tg.p), c->rows, c->vocab,
-                                        IGNORE, KILN_OPS_SYNC_CHECK, NULL),
+      !status_ok(kiln_cross_entropy_fwd(l, c->dt, dptr(loss.p), dptr(lse.p), logits_ptr(&x, c, off),
+                                        dptr(tg.p), c->rows, c->vocab, IGNORE, KILN_OPS_SYNC_CHECK,
+                                        NULL),
                  msg, sizeof msg) ||
       !dev_sync("forward", msg, sizeof msg) || !dev_get(&loss, hl, "loss", msg, sizeof msg) ||
-      !dev_get(&lse, hs, "lse", msg, sizeof msg) ||
-      !dev_get(&x, back, "logits", msg, sizeof msg)) {
+      !dev_get(&lse, hs, "lse", msg, sizeof msg) || !dev_get(&x, back, "logits", msg, sizeof msg)) {
     fail("fwd %s: %s", s, msg);
   } else if (memcmp((unsigned char *)back + (size_t)off * es, h->x, n * es) != 0) {
     fail("fwd %s: the logits were changed", s);
@@ -275,9 +274,8 @@ static void run_tp1(kiln_loader *l, const ce_case *c, const ce_host *h) {
     check_fwd("fwd", c, h, hl, hs, 1);
   }
   /* backward, in place */
-  if (!status_ok(kiln_cross_entropy_bwd(l, c->dt, logits_ptr(&x, c, off), dptr(lsei.p),
-                                        dptr(dl.p), dptr(tg.p), c->rows, c->vocab, 0, IGNORE,
-                                        NULL),
+  if (!status_ok(kiln_cross_entropy_bwd(l, c->dt, logits_ptr(&x, c, off), dptr(lsei.p), dptr(dl.p),
+                                        dptr(tg.p), c->rows, c->vocab, 0, IGNORE, NULL),
                  msg, sizeof msg) ||
       !dev_sync("backward", msg, sizeof msg) || !dev_get(&x, back, "logits", msg, sizeof msg)) {
     fail("bwd %s: %s", s, msg);
@@ -305,8 +303,8 @@ static void run_tp2(kiln_loader *l, const ce_case *c, const ce_host *h, int spli
   char msg[512] = "", s[160], what[64];
   dbuf x[2] = {{0, 0}, {0, 0}}, mx[2] = {{0, 0}, {0, 0}}, se[2] = {{0, 0}, {0, 0}},
        tg[2] = {{0, 0}, {0, 0}};
-  dbuf target = {0, 0}, gmax = {0, 0}, sesum = {0, 0}, tgsum = {0, 0}, loss = {0, 0},
-       lse = {0, 0}, dl = {0, 0}, lsei = {0, 0};
+  dbuf target = {0, 0}, gmax = {0, 0}, sesum = {0, 0}, tgsum = {0, 0}, loss = {0, 0}, lse = {0, 0},
+       dl = {0, 0}, lsei = {0, 0};
   float *hm[2] = {malloc(R * 4), malloc(R * 4)}, *hse[2] = {malloc(R * 4), malloc(R * 4)},
         *htg[2] = {malloc(R * 4), malloc(R * 4)};
   float *hg = malloc(R * 4), *hsum = malloc(R * 4), *htsum = malloc(R * 4), *hl = malloc(R * 4),
@@ -331,10 +329,9 @@ static void run_tp2(kiln_loader *l, const ce_case *c, const ce_host *h, int spli
     if (!put_logits(&x[k], c, h, (int)vs[k], vp[k], 0, msg, sizeof msg) ||
         !dev_alloc(&mx[k], R * 4, msg, sizeof msg) || !dev_alloc(&se[k], R * 4, msg, sizeof msg) ||
         !dev_alloc(&tg[k], R * 4, msg, sizeof msg) ||
-        !status_ok(kiln_cross_entropy_stats(l, c->dt, dptr(mx[k].p), dptr(se[k].p),
-                                            dptr(tg[k].p), dptr(x[k].p), dptr(target.p), c->rows,
-                                            vp[k], vs[k], c->vocab, IGNORE, KILN_OPS_SYNC_CHECK,
-                                            NULL),
+        !status_ok(kiln_cross_entropy_stats(l, c->dt, dptr(mx[k].p), dptr(se[k].p), dptr(tg[k].p),
+                                            dptr(x[k].p), dptr(target.p), c->rows, vp[k], vs[k],
+                                            c->vocab, IGNORE, KILN_OPS_SYNC_CHECK, NULL),
                    msg, sizeof msg) ||
         !dev_get(&mx[k], hm[k], "row_max", msg, sizeof msg) ||
         !dev_get(&tg[k], htg[k], "tgt", msg, sizeof msg))
@@ -348,7 +345,8 @@ static void run_tp2(kiln_loader *l, const ce_case *c, const ce_host *h, int spli
     if (!status_ok(kiln_cross_entropy_rescale(l, dptr(se[k].p), dptr(mx[k].p), dptr(gmax.p),
                                               c->rows, NULL),
                    msg, sizeof msg) ||
-        !dev_sync("rescale", msg, sizeof msg) || !dev_get(&se[k], hse[k], "sumexp", msg, sizeof msg))
+        !dev_sync("rescale", msg, sizeof msg) ||
+        !dev_get(&se[k], hse[k], "sumexp", msg, sizeof msg))
       goto failed;
   for (size_t r = 0; r < R; r++) {
     hsum[r] = hse[0][r] + hse[1][r];
@@ -357,9 +355,8 @@ static void run_tp2(kiln_loader *l, const ce_case *c, const ce_host *h, int spli
   /* 3. loss */
   if (!dev_put(&sesum, hsum, msg, sizeof msg) || !dev_put(&tgsum, htsum, msg, sizeof msg) ||
       !dev_poison(&loss, msg, sizeof msg) || !dev_poison(&lse, msg, sizeof msg) ||
-      !status_ok(kiln_cross_entropy_loss(l, dptr(loss.p), dptr(lse.p), dptr(gmax.p),
-                                         dptr(sesum.p), dptr(tgsum.p), dptr(target.p), c->rows,
-                                         IGNORE, NULL),
+      !status_ok(kiln_cross_entropy_loss(l, dptr(loss.p), dptr(lse.p), dptr(gmax.p), dptr(sesum.p),
+                                         dptr(tgsum.p), dptr(target.p), c->rows, IGNORE, NULL),
                  msg, sizeof msg) ||
       !dev_sync("loss", msg, sizeof msg) || !dev_get(&loss, hl, "loss", msg, sizeof msg) ||
       !dev_get(&lse, hs, "lse", msg, sizeof msg))
@@ -454,7 +451,8 @@ static void run_suite(kiln_loader *l) {
   }
 }
 
-/* ---- bad targets ------------------------------------------------------------------------------ */
+/* ---- bad targets ------------------------------------------------------------------------------
+ */
 
 static void expect_msg(const char *what, kiln_status st, const char *want) {
   if (st == KILN_EINVAL && strcmp(kiln_last_error(), want) == 0)
@@ -472,12 +470,12 @@ static int is_bad_row(int r) {
 static void check_bad_rows(const char *what, const ce_host *h, const float *loss, const float *lse,
                            int rows, double tol_scale) {
   for (int r = 0; r < rows; r++) {
-    const int ok = is_bad_row(r) ? loss[r] == 0 && lse[r] == INFINITY
-                   : h->target[r] == IGNORE
-                       ? loss[r] == 0 && isfinite(lse[r])
-                       : fabs(loss[r] - h->loss[r]) <=
-                             tol_scale * tol_lse(h->lse[r], h->xmax[r], 8) &&
-                             fabs(lse[r] - h->lse[r]) <= tol_scale * tol_lse(h->lse[r], h->xmax[r], 8);
+    const int ok =
+        is_bad_row(r) ? loss[r] == 0 && lse[r] == INFINITY
+        : h->target[r] == IGNORE
+            ? loss[r] == 0 && isfinite(lse[r])
+            : fabs(loss[r] - h->loss[r]) <= tol_scale * tol_lse(h->lse[r], h->xmax[r], 8) &&
+                  fabs(lse[r] - h->lse[r]) <= tol_scale * tol_lse(h->lse[r], h->xmax[r], 8);
     if (!ok) {
       fail("%s: row %d: loss %.9g, lse %.9g (want %s)", what, r, loss[r], lse[r],
            is_bad_row(r) ? "0 and +inf" : "the reference");
@@ -534,8 +532,8 @@ static void check_bad_targets(kiln_loader *l) {
   else
     check_bad_rows("bad target fwd", &h, hl, hs, ROWS, 1);
   /* the backward from that lse: the bad rows (and the ignored one) are 0 */
-  if (!status_ok(kiln_cross_entropy_bwd(l, KILN_F32, dptr(x.p), dptr(lse.p), dptr(dl.p),
-                                        dptr(tg.p), ROWS, V, 0, IGNORE, NULL),
+  if (!status_ok(kiln_cross_entropy_bwd(l, KILN_F32, dptr(x.p), dptr(lse.p), dptr(dl.p), dptr(tg.p),
+                                        ROWS, V, 0, IGNORE, NULL),
                  msg, sizeof msg) ||
       !dev_sync("backward", msg, sizeof msg) || !dev_get(&x, g, "logits", msg, sizeof msg)) {
     fail("bad target bwd: %s", msg);
@@ -585,9 +583,9 @@ static void check_bad_targets(kiln_loader *l) {
       gmax[r] = hm[0][r] > hm[1][r] ? hm[0][r] : hm[1][r];
     ok = ok && dev_put(&gm, gmax, msg, sizeof msg);
     for (int k = 0; k < 2 && ok; k++)
-      ok = status_ok(kiln_cross_entropy_rescale(l, dptr(se[k].p), dptr(m[k].p), dptr(gm.p), ROWS,
-                                                NULL),
-                     msg, sizeof msg) &&
+      ok = status_ok(
+               kiln_cross_entropy_rescale(l, dptr(se[k].p), dptr(m[k].p), dptr(gm.p), ROWS, NULL),
+               msg, sizeof msg) &&
            dev_get(&se[k], hse[k], "sumexp", msg, sizeof msg);
     for (int r = 0; r < ROWS; r++) {
       sum[r] = hse[0][r] + hse[1][r];
@@ -595,9 +593,8 @@ static void check_bad_targets(kiln_loader *l) {
     }
     ok = ok && dev_put(&se[0], sum, msg, sizeof msg) && dev_put(&t[0], tsum, msg, sizeof msg) &&
          dev_poison(&loss, msg, sizeof msg) && dev_poison(&lse, msg, sizeof msg) &&
-         status_ok(kiln_cross_entropy_loss(l, dptr(loss.p), dptr(lse.p), dptr(gm.p),
-                                           dptr(se[0].p), dptr(t[0].p), dptr(tg.p), ROWS, IGNORE,
-                                           NULL),
+         status_ok(kiln_cross_entropy_loss(l, dptr(loss.p), dptr(lse.p), dptr(gm.p), dptr(se[0].p),
+                                           dptr(t[0].p), dptr(tg.p), ROWS, IGNORE, NULL),
                    msg, sizeof msg) &&
          dev_get(&loss, hl, "loss", msg, sizeof msg) && dev_get(&lse, hs, "lse", msg, sizeof msg);
     if (!ok)
@@ -635,7 +632,8 @@ out:
   host_free(&h);
 }
 
-/* ---- invalid arguments --------------------------------------------------------------------------- */
+/* ---- invalid arguments
+ * --------------------------------------------------------------------------- */
 
 static void expect_einval(const char *what, kiln_status st, const char *needle) {
   if (st == KILN_EINVAL && strstr(kiln_last_error(), needle))
@@ -666,8 +664,8 @@ static void check_invalid_args(kiln_loader *l) {
 #define FWD_ "kiln_cross_entropy_fwd"
   expect_einval("fwd loader=NULL",
                 kiln_cross_entropy_fwd(NULL, f, o, o + R, fi, t, R, V, IGNORE, 0, NULL), "loader");
-  expect_einval("fwd dtype=7", kiln_cross_entropy_fwd(l, bad, o, o + R, fi, t, R, V, IGNORE, 0, NULL),
-                "dtype");
+  expect_einval("fwd dtype=7",
+                kiln_cross_entropy_fwd(l, bad, o, o + R, fi, t, R, V, IGNORE, 0, NULL), "dtype");
   expect_einval("fwd loss=NULL",
                 kiln_cross_entropy_fwd(l, f, NULL, o + R, fi, t, R, V, IGNORE, 0, NULL),
                 FWD_ ": loss");
@@ -693,57 +691,57 @@ static void check_invalid_args(kiln_loader *l) {
   expect_einval("fwd flags=2", kiln_cross_entropy_fwd(l, f, o, o + R, fi, t, R, V, IGNORE, 2, NULL),
                 FWD_ ": flags");
 #define ST_ "kiln_cross_entropy_stats"
-  expect_einval("stats loader=NULL",
-                kiln_cross_entropy_stats(NULL, f, o, o + R, o + 2 * R, fi, t, R, V, 0, V, IGNORE,
-                                         0, NULL),
-                "loader");
-  expect_einval("stats dtype=7",
-                kiln_cross_entropy_stats(l, bad, o, o + R, o + 2 * R, fi, t, R, V, 0, V, IGNORE,
-                                         0, NULL),
-                "dtype");
-  expect_einval("stats row_max=NULL",
-                kiln_cross_entropy_stats(l, f, NULL, o + R, o + 2 * R, fi, t, R, V, 0, V, IGNORE,
-                                         0, NULL),
-                ST_ ": row_max");
-  expect_einval("stats sumexp=NULL",
-                kiln_cross_entropy_stats(l, f, o, NULL, o + 2 * R, fi, t, R, V, 0, V, IGNORE, 0,
-                                         NULL),
-                ST_ ": sumexp");
+  expect_einval(
+      "stats loader=NULL",
+      kiln_cross_entropy_stats(NULL, f, o, o + R, o + 2 * R, fi, t, R, V, 0, V, IGNORE, 0, NULL),
+      "loader");
+  expect_einval(
+      "stats dtype=7",
+      kiln_cross_entropy_stats(l, bad, o, o + R, o + 2 * R, fi, t, R, V, 0, V, IGNORE, 0, NULL),
+      "dtype");
+  expect_einval(
+      "stats row_max=NULL",
+      kiln_cross_entropy_stats(l, f, NULL, o + R, o + 2 * R, fi, t, R, V, 0, V, IGNORE, 0, NULL),
+      ST_ ": row_max");
+  expect_einval(
+      "stats sumexp=NULL",
+      kiln_cross_entropy_stats(l, f, o, NULL, o + 2 * R, fi, t, R, V, 0, V, IGNORE, 0, NULL),
+      ST_ ": sumexp");
   expect_einval("stats tgt=NULL",
                 kiln_cross_entropy_stats(l, f, o, o + R, NULL, fi, t, R, V, 0, V, IGNORE, 0, NULL),
                 ST_ ": tgt");
-  expect_einval("stats logits=NULL",
-                kiln_cross_entropy_stats(l, f, o, o + R, o + 2 * R, NULL, t, R, V, 0, V, IGNORE,
-                                         0, NULL),
-                ST_ ": logits");
-  expect_einval("stats target=NULL",
-                kiln_cross_entropy_stats(l, f, o, o + R, o + 2 * R, fi, NULL, R, V, 0, V, IGNORE,
-                                         0, NULL),
-                ST_ ": target");
-  expect_einval("stats rows=-1",
-                kiln_cross_entropy_stats(l, f, o, o + R, o + 2 * R, fi, t, -1, V, 0, V, IGNORE, 0,
-                                         NULL),
-                ST_ ": rows");
-  expect_einval("stats vocab_part=0",
-                kiln_cross_entropy_stats(l, f, o, o + R, o + 2 * R, fi, t, R, 0, 0, V, IGNORE, 0,
-                                         NULL),
-                ST_ ": vocab_part");
-  expect_einval("stats vocab_size=0",
-                kiln_cross_entropy_stats(l, f, o, o + R, o + 2 * R, fi, t, R, V, 0, 0, IGNORE, 0,
-                                         NULL),
-                ST_ ": vocab_size");
-  expect_einval("stats vocab_start=-1",
-                kiln_cross_entropy_stats(l, f, o, o + R, o + 2 * R, fi, t, R, V, -1, 2 * V, IGNORE,
-                                         0, NULL),
-                ST_ ": the partition");
+  expect_einval(
+      "stats logits=NULL",
+      kiln_cross_entropy_stats(l, f, o, o + R, o + 2 * R, NULL, t, R, V, 0, V, IGNORE, 0, NULL),
+      ST_ ": logits");
+  expect_einval(
+      "stats target=NULL",
+      kiln_cross_entropy_stats(l, f, o, o + R, o + 2 * R, fi, NULL, R, V, 0, V, IGNORE, 0, NULL),
+      ST_ ": target");
+  expect_einval(
+      "stats rows=-1",
+      kiln_cross_entropy_stats(l, f, o, o + R, o + 2 * R, fi, t, -1, V, 0, V, IGNORE, 0, NULL),
+      ST_ ": rows");
+  expect_einval(
+      "stats vocab_part=0",
+      kiln_cross_entropy_stats(l, f, o, o + R, o + 2 * R, fi, t, R, 0, 0, V, IGNORE, 0, NULL),
+      ST_ ": vocab_part");
+  expect_einval(
+      "stats vocab_size=0",
+      kiln_cross_entropy_stats(l, f, o, o + R, o + 2 * R, fi, t, R, V, 0, 0, IGNORE, 0, NULL),
+      ST_ ": vocab_size");
+  expect_einval(
+      "stats vocab_start=-1",
+      kiln_cross_entropy_stats(l, f, o, o + R, o + 2 * R, fi, t, R, V, -1, 2 * V, IGNORE, 0, NULL),
+      ST_ ": the partition");
   expect_einval("stats partition past vocab_size",
                 kiln_cross_entropy_stats(l, f, o, o + R, o + 2 * R, fi, t, R, V, V + 1, 2 * V,
                                          IGNORE, 0, NULL),
                 ST_ ": the partition");
-  expect_einval("stats flags=4",
-                kiln_cross_entropy_stats(l, f, o, o + R, o + 2 * R, fi, t, R, V, 0, V, IGNORE, 4,
-                                         NULL),
-                ST_ ": flags");
+  expect_einval(
+      "stats flags=4",
+      kiln_cross_entropy_stats(l, f, o, o + R, o + 2 * R, fi, t, R, V, 0, V, IGNORE, 4, NULL),
+      ST_ ": flags");
 #define RS_ "kiln_cross_entropy_rescale"
   expect_einval("rescale loader=NULL", kiln_cross_entropy_rescale(NULL, o, fi, fi, R, NULL),
                 "loader");
@@ -760,8 +758,8 @@ static void check_invalid_args(kiln_loader *l) {
   expect_einval("loss loss=NULL",
                 kiln_cross_entropy_loss(l, NULL, o + R, fi, fi, fi, t, R, IGNORE, NULL),
                 LS_ ": loss");
-  expect_einval("loss lse=NULL", kiln_cross_entropy_loss(l, o, NULL, fi, fi, fi, t, R, IGNORE, NULL),
-                LS_ ": lse");
+  expect_einval("loss lse=NULL",
+                kiln_cross_entropy_loss(l, o, NULL, fi, fi, fi, t, R, IGNORE, NULL), LS_ ": lse");
   expect_einval("loss gmax=NULL",
                 kiln_cross_entropy_loss(l, o, o + R, NULL, fi, fi, t, R, IGNORE, NULL),
                 LS_ ": gmax");
@@ -787,14 +785,14 @@ static void check_invalid_args(kiln_loader *l) {
   expect_einval("bwd lse=NULL", kiln_cross_entropy_bwd(l, f, x, NULL, fi, t, R, V, 0, IGNORE, NULL),
                 BW_ ": lse");
   expect_einval("bwd dloss=NULL",
-                kiln_cross_entropy_bwd(l, f, x, fi, NULL, t, R, V, 0, IGNORE, NULL),
-                BW_ ": dloss");
+                kiln_cross_entropy_bwd(l, f, x, fi, NULL, t, R, V, 0, IGNORE, NULL), BW_ ": dloss");
   expect_einval("bwd target=NULL",
                 kiln_cross_entropy_bwd(l, f, x, fi, fi, NULL, R, V, 0, IGNORE, NULL),
                 BW_ ": target");
   expect_einval("bwd rows=0", kiln_cross_entropy_bwd(l, f, x, fi, fi, t, 0, V, 0, IGNORE, NULL),
                 BW_ ": rows");
-  expect_einval("bwd vocab_part=0", kiln_cross_entropy_bwd(l, f, x, fi, fi, t, R, 0, 0, IGNORE, NULL),
+  expect_einval("bwd vocab_part=0",
+                kiln_cross_entropy_bwd(l, f, x, fi, fi, t, R, 0, 0, IGNORE, NULL),
                 BW_ ": vocab_part");
   expect_einval("bwd vocab_start=-1",
                 kiln_cross_entropy_bwd(l, f, x, fi, fi, t, R, V, -1, IGNORE, NULL),
@@ -818,7 +816,8 @@ out:
   dev_free(&tgb);
 }
 
-/* ---- main --------------------------------------------------------------------------------------- */
+/* ---- main ---------------------------------------------------------------------------------------
+ */
 
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
   (void)st;
