@@ -87,17 +87,18 @@ template <typename T>
 __device__ __forceinline__ kiln_ce_acc kiln_ce_row_pass(const T *x, int n, bool vec) {
   kiln_ce_acc a;
   kiln_ce_acc_init(a);
-  const unsigned tid = threadIdx.x; /* unsigned: i + a step < 2^32 for any int vocab */
+  const unsigned tid = threadIdx.x; /* general path: unsigned, i + a step < 2^32 */
   if (vec) {
     const int W = KILN_VEC(T), U = KILN_CE_VALUES / KILN_VEC(T);
-    const unsigned nv = (unsigned)n / W;
-    for (unsigned i = tid; i < nv; i += KILN_CE_THREADS * U) {
+    const int nv = n / W; /* < 2^29: i + a step cannot overflow */
+    for (int i = (int)tid; i < nv; i += KILN_CE_THREADS * U) {
+      const T *xi = x + (kiln_i64)i * W; /* one base, constant offsets */
       float v[KILN_CE_VALUES];
 #pragma unroll
       for (int k = 0; k < U; ++k) {
-        const unsigned j = i + k * KILN_CE_THREADS;
+        const int j = i + k * KILN_CE_THREADS;
         if (j < nv) {
-          kiln_load_vec(x + (kiln_i64)j * W, v + k * W);
+          kiln_load_vec(xi + k * KILN_CE_THREADS * W, v + k * W);
         } else {
 #pragma unroll
           for (int q = 0; q < W; ++q)
@@ -108,11 +109,12 @@ __device__ __forceinline__ kiln_ce_acc kiln_ce_row_pass(const T *x, int n, bool 
     }
   } else {
     for (unsigned i = tid; i < (unsigned)n; i += KILN_CE_THREADS * KILN_CE_VALUES) {
+      const T *xi = x + i;
       float v[KILN_CE_VALUES];
 #pragma unroll
       for (int k = 0; k < KILN_CE_VALUES; ++k) {
         const unsigned j = i + k * KILN_CE_THREADS;
-        v[k] = j < (unsigned)n ? kiln_load_f32(x + j) : kiln_neg_inf();
+        v[k] = j < (unsigned)n ? kiln_load_f32(xi + k * KILN_CE_THREADS) : kiln_neg_inf();
       }
       kiln_ce_absorb<KILN_CE_VALUES>(a, v);
     }
@@ -177,12 +179,18 @@ __device__ __forceinline__ void kiln_ce_forward(float *o0, float *o1, float *o2,
   }
 }
 
-/* g = dl * (exp(x - lse) - [col == tcol]), with exp(x - lse) = ex2((x - lse) log2e):
+/* g = dl * (exp(x - lse) - hot), with exp(x - lse) = ex2((x - lse) log2e):
  * the difference first, so a large lse costs no precision. */
-__device__ __forceinline__ float kiln_ce_grad(float x, float lse, float dl, kiln_i64 col,
-                                              kiln_i64 tcol) {
+__device__ __forceinline__ float kiln_ce_grad(float x, float lse, float dl, bool hot) {
   const float p = kiln_exp2f((x - lse) * KILN_LOG2E);
-  return dl * (col == tcol ? p - 1.f : p);
+  return dl * (hot ? p - 1.f : p);
+}
+
+/* The target's column relative to a step that starts at column c0 and spans
+ * `span` columns, or -1 when it is not in the step. */
+__device__ __forceinline__ int kiln_ce_rel(kiln_i64 tcol, kiln_i64 c0, int span) {
+  const kiln_i64 r = tcol - c0;
+  return r >= 0 && r < span ? (int)r : -1;
 }
 
 template <typename T>
@@ -190,62 +198,61 @@ __device__ __forceinline__ void kiln_ce_backward(T *logits, const float *lse, co
                                                  const kiln_i64 *target, kiln_i64 rows, int vpart,
                                                  kiln_i64 vstart, kiln_i64 ignore) {
   const bool vec = kiln_aligned16(logits) && vpart % KILN_VEC(T) == 0;
-  const unsigned tid = threadIdx.x; /* unsigned: i + a step < 2^32 for any int vocab */
+  const unsigned tid = threadIdx.x; /* general path: unsigned, i + a step < 2^32 */
   for (kiln_i64 row = blockIdx.x; row < rows; row += gridDim.x) {
     const kiln_i64 t = target[row];
-    const bool zero = t == ignore;
+    const bool zero = t == ignore; /* lse and dloss are not read */
     const float l = zero ? 0.f : lse[row];
     const float dl = zero ? 0.f : dloss[row];
     const kiln_i64 tcol = t - vstart; /* outside [0, vpart): another rank's */
     T *x = logits + row * vpart;
     if (vec) {
       const int W = KILN_VEC(T), U = KILN_CE_VALUES / KILN_VEC(T);
-      const unsigned nv = (unsigned)vpart / W;
-      for (unsigned i = tid; i < nv; i += KILN_CE_THREADS * U) {
+      const int nv = vpart / W; /* < 2^29: i + a step cannot overflow */
+      for (int i = (int)tid; i < nv; i += KILN_CE_THREADS * U) {
+        T *xi = x + (kiln_i64)i * W; /* one base, constant offsets */
+        const int rel = kiln_ce_rel(tcol, (kiln_i64)i * W, KILN_CE_THREADS * U * W);
         float v[KILN_CE_VALUES];
-        if (zero) {
 #pragma unroll
-          for (int q = 0; q < KILN_CE_VALUES; ++q)
-            v[q] = 0.f;
-        } else {
-#pragma unroll
-          for (int k = 0; k < U; ++k) {
-            const unsigned j = i + k * KILN_CE_THREADS;
-            if (j < nv) {
-              kiln_load_vec(x + (kiln_i64)j * W, v + k * W);
-            } else {
-#pragma unroll
-              for (int q = 0; q < W; ++q)
-                v[k * W + q] = 0.f;
-            }
-          }
-#pragma unroll
-          for (int k = 0; k < U; ++k) {
-            const unsigned j = i + k * KILN_CE_THREADS;
+        for (int k = 0; k < U; ++k) {
+          const int j = i + k * KILN_CE_THREADS;
+          if (!zero && j < nv) {
+            kiln_load_vec(xi + k * KILN_CE_THREADS * W, v + k * W);
+          } else {
 #pragma unroll
             for (int q = 0; q < W; ++q)
-              v[k * W + q] = kiln_ce_grad(v[k * W + q], l, dl, (kiln_i64)j * W + q, tcol);
+              v[k * W + q] = 0.f;
           }
+        }
+        if (!zero) {
+#pragma unroll
+          for (int k = 0; k < U; ++k)
+#pragma unroll
+            for (int q = 0; q < W; ++q)
+              v[k * W + q] = kiln_ce_grad(v[k * W + q], l, dl, k * KILN_CE_THREADS * W + q == rel);
         }
 #pragma unroll
         for (int k = 0; k < U; ++k) {
-          const unsigned j = i + k * KILN_CE_THREADS;
-          if (j < nv) kiln_store_vec(x + (kiln_i64)j * W, v + k * W);
+          const int j = i + k * KILN_CE_THREADS;
+          if (j < nv) kiln_store_vec(xi + k * KILN_CE_THREADS * W, v + k * W);
         }
       }
     } else {
       for (unsigned i = tid; i < (unsigned)vpart; i += KILN_CE_THREADS * KILN_CE_VALUES) {
+        T *xi = x + i;
+        const int rel = kiln_ce_rel(tcol, (kiln_i64)i, KILN_CE_THREADS * KILN_CE_VALUES);
         float v[KILN_CE_VALUES];
 #pragma unroll
         for (int k = 0; k < KILN_CE_VALUES; ++k) {
           const unsigned j = i + k * KILN_CE_THREADS;
-          v[k] = (!zero && j < (unsigned)vpart) ? kiln_load_f32(x + j) : 0.f;
+          v[k] = (!zero && j < (unsigned)vpart) ? kiln_load_f32(xi + k * KILN_CE_THREADS) : 0.f;
         }
 #pragma unroll
         for (int k = 0; k < KILN_CE_VALUES; ++k) {
           const unsigned j = i + k * KILN_CE_THREADS;
           if (j < (unsigned)vpart)
-            kiln_store_f32(x + j, zero ? 0.f : kiln_ce_grad(v[k], l, dl, (kiln_i64)j, tcol));
+            kiln_store_f32(xi + k * KILN_CE_THREADS,
+                           zero ? 0.f : kiln_ce_grad(v[k], l, dl, k * KILN_CE_THREADS == rel));
         }
       }
     }
