@@ -11,7 +11,8 @@
  *      (half, and a third), stats on each, the all-reduces on the host,
  *      rescale and loss on the device: equal to the TP = 1 reference;
  *   4. the backward in place, at TP = 1 and on each partition;
- *   5. bad targets: KILN_EINVAL from kiln_ops_check with the exact message,
+ *   5. special values: a NaN row, an all -inf row;
+ *   6. bad targets: KILN_EINVAL from kiln_ops_check with the exact message,
  *      the same at TP = 1 and TP = 2, and the context keeps working.
  * Outputs are poisoned (0xFF: NaN) before each launch and their guards
  * checked. Exits 77 (skipped) when there is no CUDA device, 1 on any failure.
@@ -451,6 +452,54 @@ static void run_suite(kiln_loader *l) {
   }
 }
 
+/* ---- special values ----------------------------------------------------------------------- */
+
+/* Row 0 holds a NaN (lse, loss NaN), row 1 is ordinary, row 2 is all -inf
+ * (lse -inf, loss NaN), at TP = 1 on both paths (vocab 1000 and 1001). */
+static void check_special(kiln_loader *l) {
+  for (size_t d = 0; d < 3; d++)
+    for (int v = 1000; v <= 1001; v++) {
+      ce_case c = {kDtypes[d], 3, v, 8.0, 0, 0};
+      ce_host h;
+      char msg[512] = "", s[160];
+      dbuf x = {0, 0}, tg = {0, 0}, loss = {0, 0}, lse = {0, 0};
+      float hl[3], hs[3];
+      case_str(&c, s, sizeof s);
+      if (!host_make(&h, &c)) {
+        fail("special %s: out of host memory", s);
+        host_free(&h);
+        continue;
+      }
+      h.target[1] = 3; /* not ignored */
+      ce_set(c.dt, h.x, 5, NAN);
+      for (int k = 0; k < v; k++)
+        ce_set(c.dt, h.x, (size_t)2 * (size_t)v + (size_t)k, -INFINITY);
+      ce_ref_fwd(c.dt, h.x, h.target, c.rows, c.vocab, IGNORE, h.loss, h.lse, h.xmax);
+      if (!put_logits(&x, &c, &h, 0, v, 0, msg, sizeof msg) ||
+          !dev_alloc(&tg, 3 * 8, msg, sizeof msg) || !dev_put(&tg, h.target, msg, sizeof msg) ||
+          !dev_alloc(&loss, 3 * 4, msg, sizeof msg) || !dev_alloc(&lse, 3 * 4, msg, sizeof msg) ||
+          !status_ok(kiln_cross_entropy_fwd(l, c.dt, dptr(loss.p), dptr(lse.p), dptr(x.p),
+                                            dptr(tg.p), 3, v, IGNORE, 0, NULL),
+                     msg, sizeof msg) ||
+          !dev_get(&loss, hl, "loss", msg, sizeof msg) ||
+          !dev_get(&lse, hs, "lse", msg, sizeof msg)) {
+        fail("special %s: %s", s, msg);
+      } else if (!isnan(hl[0]) || !isnan(hs[0]) || hs[2] != -INFINITY || !isnan(hl[2]) ||
+                 !(fabs(hl[1] - h.loss[1]) <= tol_lse(h.lse[1], h.xmax[1], 8))) {
+        fail("special %s: NaN row: loss %g lse %g (want NaN, NaN); all -inf row: loss %g lse %g "
+             "(want NaN, -inf); ordinary row: loss %g (want %g)",
+             s, hl[0], hs[0], hl[2], hs[2], hl[1], h.loss[1]);
+      } else {
+        pass("special %s: a NaN row is NaN, an all -inf row has lse -inf and loss NaN", s);
+      }
+      dev_free(&x);
+      dev_free(&tg);
+      dev_free(&loss);
+      dev_free(&lse);
+      host_free(&h);
+    }
+}
+
 /* ---- bad targets ------------------------------------------------------------------------------
  */
 
@@ -864,6 +913,7 @@ int main(void) {
   }
   check_invalid_args(l);
   run_suite(l);
+  check_special(l);
   check_bad_targets(l);
 out:
   dev_close();
