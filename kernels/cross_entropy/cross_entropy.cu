@@ -160,12 +160,13 @@ __device__ __forceinline__ void kiln_ce_forward(float *o0, float *o1, float *o2,
       continue;
     }
     const T *x = logits + row * vpart;
+    const kiln_i64 col = t - vstart;
+    /* the target logit, read directly; issued before the pass so its latency hides */
+    const float xt = (threadIdx.x == 0 && col >= 0 && col < vpart) ? kiln_load_f32(x + col) : 0.f;
     const kiln_ce_acc a = kiln_ce_row_pass(x, vpart, vec);
     float M, S;
     kiln_ce_combine(a, red_max, red_sum, &M, &S);
     if (threadIdx.x == 0) {
-      const kiln_i64 col = t - vstart;
-      const float xt = (col >= 0 && col < vpart) ? kiln_load_f32(x + col) : 0.f;
       if (kStats) {
         o0[row] = M;
         o1[row] = S;
