@@ -198,6 +198,11 @@ KILN_API kiln_status kiln_rope_bwd(kiln_loader *l, kiln_dtype dt, kiln_rope_layo
  * [rows]; a row whose target is ignore_index has loss 0 and gradient 0; any
  * other target outside [0, vocab_size) is a data error (kiln_ops_check).
  * loss, lse (logsumexp, saved for the backward): fp32 [rows].
+ * An ignored row's logits are not read (fwd: loss 0, lse 0; after the TP > 1
+ * steps: loss 0, lse finite). fwd and stats note a bad target and do not
+ * read its row: its loss is 0 and its lse +inf (so the backward's row is 0),
+ * at TP = 1 and after the TP > 1 steps (docs/kernels/cross_entropy.md).
+ * flags: 0 or KILN_OPS_SYNC_CHECK.
  *
  * TP = 1 (vocab_start = 0, vocab_part = vocab_size): one fused pass. */
 KILN_API kiln_status kiln_cross_entropy_fwd(kiln_loader *l, kiln_dtype dt, float *loss,
@@ -230,7 +235,9 @@ KILN_API kiln_status kiln_cross_entropy_loss(kiln_loader *l, float *loss, float 
                                              long long rows, long long ignore_index,
                                              struct CUstream_st *stream);
 /* Backward (any TP): logits <- dloss[r] * (exp(logit - lse[r]) - [column is
- * the target]), in place; rows whose target is ignore_index become 0. */
+ * the target]), in place; rows whose target is ignore_index become 0 (their
+ * lse and dloss are not read). A target outside [vocab_start, vocab_start +
+ * vocab_part) is another rank's: no one-hot term. */
 KILN_API kiln_status kiln_cross_entropy_bwd(kiln_loader *l, kiln_dtype dt, void *logits,
                                             const float *lse, const float *dloss,
                                             const int64_t *target, long long rows,
