@@ -131,7 +131,6 @@ static kiln_status bwd_sorted(kiln_loader *l, const char *op, kiln_dtype dt, flo
   long long rows = vocab_end - vocab_start, count = w->ntiles * EMB_RADIX;
   const unsigned long long tiles = blocks_for((unsigned long long)w->ntiles, 1);
   int bits = 0, shift;
-  unsigned long long items;
   kiln_status rc;
   while (bits < 63 && (rows >> bits) != 0)
     bits++; /* keys are in [0, rows]: rows itself marks tokens outside the partition */
@@ -156,12 +155,10 @@ static kiln_status bwd_sorted(kiln_loader *l, const char *op, kiln_dtype dt, flo
     t = pa, pa = pb, pb = t;
   }
   {
-    const long long per = dt == KILN_F32 ? 4 : 8; /* columns per lane on the vector path */
-    const long long chunks = (hidden + 32 * per - 1) / (32 * per);
     void *args[] = {&dweight, &dy, &ka, &pa, &n_tokens, &hidden, &rows};
-    items = (unsigned long long)n_tokens * (unsigned long long)chunks;
     snprintf(entry, sizeof entry, "kiln_embedding_bwd_%s_sorted", kiln_dtype_str(dt));
-    rc = kiln_op_launch(l, op, entry, blocks_for(items, EMB_WARPS), EMB_THREADS, args, stream);
+    rc = kiln_op_launch(l, op, entry, blocks_for((unsigned long long)n_tokens, EMB_WARPS),
+                        EMB_THREADS, args, stream);
   }
 out:
   return rc;

@@ -147,63 +147,71 @@ __device__ __forceinline__ void kiln_embedding_bwd_atomic_body(float *dweight, c
 
 /* ---- backward, sorted (deterministic) ---------------------------------------------
  * keys/pos: the partition's tokens sorted stably by key (so equal keys are
- * in position order); keys == rows (outside the partition) come last. Work
- * item = (sorted index i, a chunk of 32 x VEC columns), one warp each: when
- * i starts a segment of key k < rows, the warp sums the segment's dy rows in
- * order, each lane its own columns, in fp32, and adds the sums to
- * dweight[k]. Each (row, column) has exactly one owner: no atomics. */
+ * in position order); keys == rows (outside the partition) come last. One
+ * warp per sorted index i (grid-stride): when i starts a segment of key
+ * k < rows, the warp walks the segment in order and each lane sums its own
+ * columns (16-byte vectors of dy when aligned, else one column) in fp32, then
+ * adds the sums to dweight[k]. Each (row, column) has exactly one owner: no
+ * atomics, and the order of every addition is fixed. */
+template <typename T, bool kVec>
+__device__ __forceinline__ void kiln_embedding_bwd_sorted_loop(float *dweight, const T *dy,
+                                                               const kiln_i64 *keys,
+                                                               const kiln_i64 *pos,
+                                                               kiln_i64 n_tokens, int hidden,
+                                                               kiln_i64 rows) {
+  const int per = kVec ? KILN_VEC(T) : 1; /* columns per lane */
+  const int lane = threadIdx.x & 31;
+  const kiln_i64 nwarps = (kiln_i64)gridDim.x * KILN_EMB_WARPS;
+  for (kiln_i64 i = (kiln_i64)blockIdx.x * KILN_EMB_WARPS + (threadIdx.x >> 5); i < n_tokens;
+       i += nwarps) {
+    const kiln_i64 key = keys[i];
+    if (key >= rows || (i > 0 && keys[i - 1] == key)) continue; /* warp-uniform */
+#pragma unroll 1
+    for (int col = lane * per; col < hidden; col += 32 * per) {
+      float acc[per];
+#pragma unroll
+      for (int k = 0; k < per; ++k)
+        acc[k] = 0.f;
+      for (kiln_i64 j = i; j < n_tokens && keys[j] == key; ++j) {
+        const T *src = dy + pos[j] * (kiln_i64)hidden + col;
+        if (kVec) {
+          float v[per];
+          kiln_load_vec(src, v);
+#pragma unroll
+          for (int k = 0; k < per; ++k)
+            acc[k] += v[k];
+        } else {
+          acc[0] += kiln_load_f32(src);
+        }
+      }
+      float *dst = dweight + key * (kiln_i64)hidden + col;
+#pragma unroll
+      for (int q = 0; q < per; q += 4) {
+        if (kVec) {
+          float w4[4];
+          kiln_load_vec(dst + q, w4);
+#pragma unroll
+          for (int k = 0; k < 4; ++k)
+            w4[k] += acc[q + k];
+          kiln_store_vec(dst + q, w4);
+        } else {
+          dst[0] += acc[0];
+        }
+      }
+    }
+  }
+}
+
 template <typename T>
 __device__ __forceinline__ void kiln_embedding_bwd_sorted_body(float *dweight, const T *dy,
                                                                const kiln_i64 *keys,
                                                                const kiln_i64 *pos,
                                                                kiln_i64 n_tokens, int hidden,
                                                                kiln_i64 rows) {
-  const int lane = threadIdx.x & 31;
-  const bool vec = kiln_aligned16(dy) && kiln_aligned16(dweight) && hidden % KILN_VEC(T) == 0;
-  const int per = vec ? KILN_VEC(T) : 1;            /* columns per lane */
-  const int chunk_cols = 32 * per;
-  const kiln_i64 chunks = (hidden + chunk_cols - 1) / chunk_cols;
-  const kiln_i64 items = n_tokens * chunks;
-  const kiln_i64 nwarps = (kiln_i64)gridDim.x * KILN_EMB_WARPS;
-  for (kiln_i64 it = (kiln_i64)blockIdx.x * KILN_EMB_WARPS + (threadIdx.x >> 5); it < items;
-       it += nwarps) {
-    const kiln_i64 i = it / chunks;
-    const kiln_i64 key = keys[i];
-    if (key >= rows || (i > 0 && keys[i - 1] == key)) continue; /* warp-uniform */
-    kiln_i64 end = i + 1;
-    while (end < n_tokens && keys[end] == key)
-      ++end;
-    const int col = (int)(it - i * chunks) * chunk_cols + lane * per;
-    if (col >= hidden) continue;
-    float *dst = dweight + key * (kiln_i64)hidden + col;
-    if (vec) {
-      float acc[KILN_VEC(T)];
-#pragma unroll
-      for (int k = 0; k < KILN_VEC(T); ++k)
-        acc[k] = 0.f;
-      for (kiln_i64 j = i; j < end; ++j) {
-        float v[KILN_VEC(T)];
-        kiln_load_vec(dy + pos[j] * (kiln_i64)hidden + col, v);
-#pragma unroll
-        for (int k = 0; k < KILN_VEC(T); ++k)
-          acc[k] += v[k];
-      }
-      float w[KILN_VEC(T)];
-#pragma unroll
-      for (int q = 0; q < KILN_VEC(T); q += 4) {
-        kiln_load_vec(dst + q, w + q);
-#pragma unroll
-        for (int k = 0; k < 4; ++k)
-          w[q + k] += acc[q + k];
-        kiln_store_vec(dst + q, w + q);
-      }
-    } else {
-      float acc = 0.f;
-      for (kiln_i64 j = i; j < end; ++j)
-        acc += kiln_load_f32(dy + pos[j] * (kiln_i64)hidden + col);
-      dst[0] += acc;
-    }
-  }
+  if (kiln_aligned16(dy) && kiln_aligned16(dweight) && hidden % KILN_VEC(T) == 0)
+    kiln_embedding_bwd_sorted_loop<T, true>(dweight, dy, keys, pos, n_tokens, hidden, rows);
+  else
+    kiln_embedding_bwd_sorted_loop<T, false>(dweight, dy, keys, pos, n_tokens, hidden, rows);
 }
 
 /* ---- the stable LSD radix sort of the deterministic path --------------------------
