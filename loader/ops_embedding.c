@@ -155,10 +155,13 @@ static kiln_status bwd_sorted(kiln_loader *l, const char *op, kiln_dtype dt, flo
     t = pa, pa = pb, pb = t;
   }
   {
+    /* one warp per (sorted token, 32 x 16 bytes of columns) */
+    const unsigned long long chunk = 32ull * (16u / kiln_dtype_size(dt));
+    const unsigned long long items =
+        (unsigned long long)n_tokens * (((unsigned long long)hidden + chunk - 1) / chunk);
     void *args[] = {&dweight, &dy, &ka, &pa, &n_tokens, &hidden, &rows};
     snprintf(entry, sizeof entry, "kiln_embedding_bwd_%s_sorted", kiln_dtype_str(dt));
-    rc = kiln_op_launch(l, op, entry, blocks_for((unsigned long long)n_tokens, EMB_WARPS),
-                        EMB_THREADS, args, stream);
+    rc = kiln_op_launch(l, op, entry, blocks_for(items, EMB_WARPS), EMB_THREADS, args, stream);
   }
 out:
   return rc;

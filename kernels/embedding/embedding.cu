@@ -160,14 +160,18 @@ __device__ __forceinline__ void kiln_embedding_bwd_sorted_loop(float *dweight, c
                                                                kiln_i64 n_tokens, int hidden,
                                                                kiln_i64 rows) {
   const int per = kVec ? KILN_VEC(T) : 1; /* columns per lane */
+  const int chunk_cols = 32 * per;
+  const int chunks = (hidden + chunk_cols - 1) / chunk_cols;
   const int lane = threadIdx.x & 31;
+  const kiln_i64 items = n_tokens * chunks;
   const kiln_i64 nwarps = (kiln_i64)gridDim.x * KILN_EMB_WARPS;
-  for (kiln_i64 i = (kiln_i64)blockIdx.x * KILN_EMB_WARPS + (threadIdx.x >> 5); i < n_tokens;
-       i += nwarps) {
+  for (kiln_i64 it = (kiln_i64)blockIdx.x * KILN_EMB_WARPS + (threadIdx.x >> 5); it < items;
+       it += nwarps) {
+    const kiln_i64 i = it / chunks;
     const kiln_i64 key = keys[i];
     if (key >= rows || (i > 0 && keys[i - 1] == key)) continue; /* warp-uniform */
-#pragma unroll 1
-    for (int col = lane * per; col < hidden; col += 32 * per) {
+    const int col = (int)(it - i * chunks) * chunk_cols + lane * per;
+    if (col < hidden) {
       float acc[per];
 #pragma unroll
       for (int k = 0; k < per; ++k)
