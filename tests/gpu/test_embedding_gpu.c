@@ -406,8 +406,8 @@ static void run_bwd(kiln_loader *l) {
     long long n;
     int hidden;
     long long V;
-  } quick[] = {{60, 1, 7}, {45, 32, 13}, {30, 35, 600}, {2500, 2, 700}},
-    big[] = {{8192, 4096, 32000}, {1 << 20, 16, 512000}, {4099, 1023, 50257}, {65536, 768, 300}};
+  } quick[] = {{60, 1, 7}, {45, 32, 13}, {30, 35, 600}, {2500, 2, 700}, {300, 2, 70000}},
+    big[] = {{8192, 4096, 4000}, {1 << 20, 16, 512000}, {4099, 1023, 50257}, {65536, 768, 300}};
   for (size_t d = 0; d < 3; d++) {
     const kiln_dtype dt = kDtypes[d];
     const size_t nq = g_quick ? sizeof quick / sizeof *quick : sizeof big / sizeof *big;
@@ -417,7 +417,7 @@ static void run_bwd(kiln_loader *l) {
         const int h = g_quick ? quick[i].hidden : big[i].hidden;
         bwd_case(l, dt, n, h, V, 0, V, det, 0);       /* TP = 1 */
         bwd_case(l, dt, n, h, V, V / 2, V, det, 0);   /* TP = 2, second rank */
-        if (i == 1 || !g_quick) bwd_case(l, dt, n, h, V, 0, V, det, 1); /* skewed */
+        if (i == 1 || i == 3 || !g_quick) bwd_case(l, dt, n, h, V, 0, V, det, 1); /* skewed */
       }
   }
 }
