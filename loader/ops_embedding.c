@@ -7,13 +7,14 @@
 #include "kiln/ops.h"
 #include "loader/ops_internal.h"
 
-#define EMB_THREADS 256u        /* kernels/embedding/embedding.cu KILN_EMB_THREADS */
-#define EMB_WARPS 8ull          /* warps per block: one token (or work item) each */
-#define EMB_SCAN_THREADS 1024u  /* KILN_EMB_SCAN_THREADS */
+#define EMB_THREADS 256u       /* kernels/embedding/embedding.cu KILN_EMB_THREADS */
+#define EMB_WARPS 8ull         /* warps per block: one token (or work item) each */
+#define EMB_SCAN_THREADS 1024u /* KILN_EMB_SCAN_THREADS */
 #define EMB_ERR_THREADS 32u
-#define EMB_TILE 2048ll         /* KILN_EMB_TILE: tokens per sort tile */
-#define EMB_RADIX 256ll         /* 8-bit digits */
-#define EMB_MAX_BLOCKS 2112ull  /* 132 SMs x 16 blocks of 256: two full waves, grid-stride beyond */
+#define EMB_TILE 2048ll        /* KILN_EMB_TILE: tokens per sort tile */
+#define EMB_RADIX 256ll        /* 8-bit digits */
+#define EMB_MAX_BLOCKS 2112ull /* 132 SMs x 16 blocks of 256: two full waves, grid-stride beyond   \
+                                */
 
 static unsigned long long blocks_for(unsigned long long work, unsigned long long per_block) {
   unsigned long long b = (work + per_block - 1) / per_block;
@@ -54,9 +55,8 @@ size_t kiln_embedding_bwd_workspace_size(long long n_tokens, long long vocab_sta
   return ws_layout(n_tokens, &w) ? w.total : 0;
 }
 
-static kiln_status check_rows(const char *op, long long n_tokens, int hidden,
-                              long long vocab_start, long long vocab_end, unsigned out_bytes,
-                              unsigned w_bytes) {
+static kiln_status check_rows(const char *op, long long n_tokens, int hidden, long long vocab_start,
+                              long long vocab_end, unsigned out_bytes, unsigned w_bytes) {
   kiln_status rc;
   long long prod;
   KILN_CHECK(kiln_op_need_positive(op, n_tokens, "n_tokens"));
@@ -103,14 +103,14 @@ kiln_status kiln_embedding_fwd(kiln_loader *l, kiln_dtype dt, void *y, const int
   KILN_CHECK(kiln_op_error_block(l, &err));
   {
     CUdeviceptr e = err;
-    void *args[] = {&y, &ids, &weight, &n_tokens, &hidden, &vocab_start, &vocab_end, &vocab_size,
-                    &e};
+    void *args[] = {&y,           &ids,       &weight,     &n_tokens, &hidden,
+                    &vocab_start, &vocab_end, &vocab_size, &e};
     void *eargs[] = {&e, &ids, &n_tokens, &vocab_size};
     snprintf(entry, sizeof entry, "kiln_embedding_fwd_%s_g", kiln_dtype_str(dt));
     KILN_CHECK(kiln_op_launch(l, op, entry, blocks_for((unsigned long long)n_tokens, EMB_WARPS),
                               EMB_THREADS, args, stream));
-    KILN_CHECK(kiln_op_launch(l, op, "kiln_embedding_err_i64_g", 1, EMB_ERR_THREADS, eargs,
-                              stream));
+    KILN_CHECK(
+        kiln_op_launch(l, op, "kiln_embedding_err_i64_g", 1, EMB_ERR_THREADS, eargs, stream));
   }
   if (flags & KILN_OPS_SYNC_CHECK) rc = kiln_ops_check(l, stream);
 out:
@@ -145,12 +145,12 @@ static kiln_status bwd_sorted(kiln_loader *l, const char *op, kiln_dtype dt, flo
     void *sargs[] = {&hist, &count};
     void *xargs[] = {&kb, &pb, &ka, &pa, &hist, &n_tokens, &shift};
     void *t;
-    KILN_CHECK(kiln_op_launch(l, op, "kiln_embedding_hist_i64_g", tiles, EMB_THREADS, hargs,
-                              stream));
-    KILN_CHECK(kiln_op_launch(l, op, "kiln_embedding_scan_i64_g", 1, EMB_SCAN_THREADS, sargs,
-                              stream));
-    KILN_CHECK(kiln_op_launch(l, op, "kiln_embedding_scatter_i64_g", tiles, EMB_THREADS, xargs,
-                              stream));
+    KILN_CHECK(
+        kiln_op_launch(l, op, "kiln_embedding_hist_i64_g", tiles, EMB_THREADS, hargs, stream));
+    KILN_CHECK(
+        kiln_op_launch(l, op, "kiln_embedding_scan_i64_g", 1, EMB_SCAN_THREADS, sargs, stream));
+    KILN_CHECK(
+        kiln_op_launch(l, op, "kiln_embedding_scatter_i64_g", tiles, EMB_THREADS, xargs, stream));
     t = ka, ka = kb, kb = t;
     t = pa, pa = pb, pb = t;
   }
@@ -193,8 +193,7 @@ kiln_status kiln_embedding_bwd(kiln_loader *l, kiln_dtype dt, float *dweight, co
     goto out;
   }
   if (!ws_layout(n_tokens, &w)) {
-    rc = kiln_fail(KILN_EINVAL, "%s: n_tokens = %lld is too large for the workspace", op,
-                   n_tokens);
+    rc = kiln_fail(KILN_EINVAL, "%s: n_tokens = %lld is too large for the workspace", op, n_tokens);
     goto out;
   }
   KILN_CHECK(kiln_op_need_ptr(op, workspace, "workspace"));

@@ -19,13 +19,13 @@
 #include "common/kiln_vec.cuh"
 #include "embedding/embedding.def"
 
-#define KILN_EMB_THREADS 256            /* every entry but err and scan */
+#define KILN_EMB_THREADS 256 /* every entry but err and scan */
 #define KILN_EMB_WARPS (KILN_EMB_THREADS / 32)
-#define KILN_EMB_SCAN_THREADS 1024      /* scan: one block */
-#define KILN_EMB_TILE_ITEMS 8           /* tokens per thread per sort tile */
+#define KILN_EMB_SCAN_THREADS 1024                             /* scan: one block */
+#define KILN_EMB_TILE_ITEMS 8                                  /* tokens per thread per sort tile */
 #define KILN_EMB_TILE (KILN_EMB_THREADS * KILN_EMB_TILE_ITEMS) /* 2048 tokens */
-#define KILN_EMB_RADIX 256              /* 8-bit digits */
-#define KILN_EMB_UNROLL 4               /* 16-byte accesses in flight per thread */
+#define KILN_EMB_RADIX 256                                     /* 8-bit digits */
+#define KILN_EMB_UNROLL 4 /* 16-byte accesses in flight per thread */
 
 /* ---- forward --------------------------------------------------------------------
  * One warp per token (grid-stride over tokens); a copy, so bytes move
@@ -72,13 +72,10 @@ __device__ __forceinline__ void kiln_embedding_fwd_body(T *y, const kiln_i64 *id
   }
 }
 template <>
-__device__ __forceinline__ void kiln_embedding_fwd_body<float>(float *y, const kiln_i64 *ids,
-                                                               const float *weight,
-                                                               kiln_i64 n_tokens, int hidden,
-                                                               kiln_i64 vocab_start,
-                                                               kiln_i64 vocab_end,
-                                                               kiln_i64 vocab_size,
-                                                               kiln_op_error *err) {
+__device__ __forceinline__ void
+kiln_embedding_fwd_body<float>(float *y, const kiln_i64 *ids, const float *weight,
+                               kiln_i64 n_tokens, int hidden, kiln_i64 vocab_start,
+                               kiln_i64 vocab_end, kiln_i64 vocab_size, kiln_op_error *err) {
   /* fp32 rows copied as their bits: the 16-bit body on words */
   const int lane = threadIdx.x & 31;
   const kiln_i64 nwarps = (kiln_i64)gridDim.x * KILN_EMB_WARPS;
@@ -115,11 +112,9 @@ __device__ __forceinline__ void kiln_embedding_fwd_body<float>(float *y, const k
 /* ---- backward, atomic ------------------------------------------------------------
  * One warp per token; fp32 atomicAdd per element (order-dependent rounding). */
 template <typename T>
-__device__ __forceinline__ void kiln_embedding_bwd_atomic_body(float *dweight, const T *dy,
-                                                               const kiln_i64 *ids,
-                                                               kiln_i64 n_tokens, int hidden,
-                                                               kiln_i64 vocab_start,
-                                                               kiln_i64 vocab_end) {
+__device__ __forceinline__ void
+kiln_embedding_bwd_atomic_body(float *dweight, const T *dy, const kiln_i64 *ids, kiln_i64 n_tokens,
+                               int hidden, kiln_i64 vocab_start, kiln_i64 vocab_end) {
   const int lane = threadIdx.x & 31;
   const kiln_i64 nwarps = (kiln_i64)gridDim.x * KILN_EMB_WARPS;
   const bool vec = kiln_aligned16(dy) && hidden % KILN_VEC(T) == 0;
@@ -154,11 +149,9 @@ __device__ __forceinline__ void kiln_embedding_bwd_atomic_body(float *dweight, c
  * adds the sums to dweight[k]. Each (row, column) has exactly one owner: no
  * atomics, and the order of every addition is fixed. */
 template <typename T, bool kVec>
-__device__ __forceinline__ void kiln_embedding_bwd_sorted_loop(float *dweight, const T *dy,
-                                                               const kiln_i64 *keys,
-                                                               const kiln_i64 *pos,
-                                                               kiln_i64 n_tokens, int hidden,
-                                                               kiln_i64 rows) {
+__device__ __forceinline__ void
+kiln_embedding_bwd_sorted_loop(float *dweight, const T *dy, const kiln_i64 *keys,
+                               const kiln_i64 *pos, kiln_i64 n_tokens, int hidden, kiln_i64 rows) {
   const int per = kVec ? KILN_VEC(T) : 1; /* columns per lane */
   const int chunk_cols = 32 * per;
   const int chunks = (hidden + chunk_cols - 1) / chunk_cols;
@@ -207,11 +200,9 @@ __device__ __forceinline__ void kiln_embedding_bwd_sorted_loop(float *dweight, c
 }
 
 template <typename T>
-__device__ __forceinline__ void kiln_embedding_bwd_sorted_body(float *dweight, const T *dy,
-                                                               const kiln_i64 *keys,
-                                                               const kiln_i64 *pos,
-                                                               kiln_i64 n_tokens, int hidden,
-                                                               kiln_i64 rows) {
+__device__ __forceinline__ void
+kiln_embedding_bwd_sorted_body(float *dweight, const T *dy, const kiln_i64 *keys,
+                               const kiln_i64 *pos, kiln_i64 n_tokens, int hidden, kiln_i64 rows) {
   if (kiln_aligned16(dy) && kiln_aligned16(dweight) && hidden % KILN_VEC(T) == 0)
     kiln_embedding_bwd_sorted_loop<T, true>(dweight, dy, keys, pos, n_tokens, hidden, rows);
   else
@@ -232,8 +223,8 @@ __device__ __forceinline__ kiln_i64 kiln_embedding_tiles(kiln_i64 n) {
 }
 
 extern "C" __global__ void __launch_bounds__(KILN_EMB_THREADS)
-    kiln_embedding_keys_i64_g(kiln_i64 *keys, kiln_i64 *pos, const kiln_i64 *ids,
-                              kiln_i64 n_tokens, kiln_i64 vocab_start, kiln_i64 vocab_end) {
+    kiln_embedding_keys_i64_g(kiln_i64 *keys, kiln_i64 *pos, const kiln_i64 *ids, kiln_i64 n_tokens,
+                              kiln_i64 vocab_start, kiln_i64 vocab_end) {
   const kiln_i64 rows = vocab_end - vocab_start;
   for (kiln_i64 i = (kiln_i64)blockIdx.x * KILN_EMB_THREADS + threadIdx.x; i < n_tokens;
        i += (kiln_i64)gridDim.x * KILN_EMB_THREADS) {
@@ -361,29 +352,28 @@ extern "C" __global__ void __launch_bounds__(32)
 
 #define KILN_EMB_DEFINE_fwd_g(dt)                                                                  \
   extern "C" __global__ void __launch_bounds__(KILN_EMB_THREADS) kiln_embedding_fwd_##dt##_g(      \
-      KILN_EMB_CT_##dt *y, const kiln_i64 *ids, const KILN_EMB_CT_##dt *weight,                  \
-      kiln_i64 n_tokens, int hidden, kiln_i64 vocab_start, kiln_i64 vocab_end,                    \
-      kiln_i64 vocab_size, kiln_op_error *err) {                                                  \
+      KILN_EMB_CT_##dt *y, const kiln_i64 *ids, const KILN_EMB_CT_##dt *weight, kiln_i64 n_tokens, \
+      int hidden, kiln_i64 vocab_start, kiln_i64 vocab_end, kiln_i64 vocab_size,                   \
+      kiln_op_error *err) {                                                                        \
     kiln_embedding_fwd_body<KILN_EMB_CT_##dt>(y, ids, weight, n_tokens, hidden, vocab_start,       \
                                               vocab_end, vocab_size, err);                         \
   }
 #define KILN_EMB_DEFINE_bwd_atomic(dt)                                                             \
-  extern "C" __global__ void __launch_bounds__(KILN_EMB_THREADS)                                  \
-      kiln_embedding_bwd_##dt##_atomic(float *dweight, const KILN_EMB_CT_##dt *dy,                 \
-                                       const kiln_i64 *ids, kiln_i64 n_tokens, int hidden,         \
-                                       kiln_i64 vocab_start, kiln_i64 vocab_end) {                 \
+  extern "C" __global__ void __launch_bounds__(KILN_EMB_THREADS) kiln_embedding_bwd_##dt##_atomic( \
+      float *dweight, const KILN_EMB_CT_##dt *dy, const kiln_i64 *ids, kiln_i64 n_tokens,          \
+      int hidden, kiln_i64 vocab_start, kiln_i64 vocab_end) {                                      \
     kiln_embedding_bwd_atomic_body<KILN_EMB_CT_##dt>(dweight, dy, ids, n_tokens, hidden,           \
                                                      vocab_start, vocab_end);                      \
   }
 #define KILN_EMB_DEFINE_bwd_sorted(dt)                                                             \
-  extern "C" __global__ void __launch_bounds__(KILN_EMB_THREADS)                                  \
-      kiln_embedding_bwd_##dt##_sorted(float *dweight, const KILN_EMB_CT_##dt *dy,                 \
-                                       const kiln_i64 *keys, const kiln_i64 *pos,                  \
-                                       kiln_i64 n_tokens, int hidden, kiln_i64 rows) {             \
+  extern "C" __global__ void __launch_bounds__(KILN_EMB_THREADS) kiln_embedding_bwd_##dt##_sorted( \
+      float *dweight, const KILN_EMB_CT_##dt *dy, const kiln_i64 *keys, const kiln_i64 *pos,       \
+      kiln_i64 n_tokens, int hidden, kiln_i64 rows) {                                              \
     kiln_embedding_bwd_sorted_body<KILN_EMB_CT_##dt>(dweight, dy, keys, pos, n_tokens, hidden,     \
                                                      rows);                                        \
   }
 
 KILN_EMB_DEFINE_fwd_g(f32) KILN_EMB_DEFINE_fwd_g(f16) KILN_EMB_DEFINE_fwd_g(bf16)
-KILN_EMB_DEFINE_bwd_atomic(f32) KILN_EMB_DEFINE_bwd_atomic(f16) KILN_EMB_DEFINE_bwd_atomic(bf16)
-KILN_EMB_DEFINE_bwd_sorted(f32) KILN_EMB_DEFINE_bwd_sorted(f16) KILN_EMB_DEFINE_bwd_sorted(bf16)
+    KILN_EMB_DEFINE_bwd_atomic(f32) KILN_EMB_DEFINE_bwd_atomic(f16) KILN_EMB_DEFINE_bwd_atomic(bf16)
+        KILN_EMB_DEFINE_bwd_sorted(f32) KILN_EMB_DEFINE_bwd_sorted(f16)
+            KILN_EMB_DEFINE_bwd_sorted(bf16)

@@ -169,22 +169,21 @@ bool plan(const entry &e, void *const *p, launch_plan *out, std::string *why) {
 template <class T, void (*F)(T *, const kiln_i64 *, const T *, kiln_i64, int, kiln_i64, kiln_i64,
                              kiln_i64, kiln_op_error *)>
 void run_fwd(void *const *p) {
-  F(param<T *>(p, 0), param<const kiln_i64 *>(p, 1), param<const T *>(p, 2),
-    param<kiln_i64>(p, 3), param<int>(p, 4), param<kiln_i64>(p, 5), param<kiln_i64>(p, 6),
-    param<kiln_i64>(p, 7), param<kiln_op_error *>(p, 8));
+  F(param<T *>(p, 0), param<const kiln_i64 *>(p, 1), param<const T *>(p, 2), param<kiln_i64>(p, 3),
+    param<int>(p, 4), param<kiln_i64>(p, 5), param<kiln_i64>(p, 6), param<kiln_i64>(p, 7),
+    param<kiln_op_error *>(p, 8));
 }
-template <class T, void (*F)(float *, const T *, const kiln_i64 *, kiln_i64, int, kiln_i64,
-                             kiln_i64)>
+template <class T,
+          void (*F)(float *, const T *, const kiln_i64 *, kiln_i64, int, kiln_i64, kiln_i64)>
 void run_bwd_atomic(void *const *p) {
   F(param<float *>(p, 0), param<const T *>(p, 1), param<const kiln_i64 *>(p, 2),
     param<kiln_i64>(p, 3), param<int>(p, 4), param<kiln_i64>(p, 5), param<kiln_i64>(p, 6));
 }
-template <class T, void (*F)(float *, const T *, const kiln_i64 *, const kiln_i64 *, kiln_i64,
-                             int, kiln_i64)>
+template <class T, void (*F)(float *, const T *, const kiln_i64 *, const kiln_i64 *, kiln_i64, int,
+                             kiln_i64)>
 void run_bwd_sorted(void *const *p) {
   F(param<float *>(p, 0), param<const T *>(p, 1), param<const kiln_i64 *>(p, 2),
-    param<const kiln_i64 *>(p, 3), param<kiln_i64>(p, 4), param<int>(p, 5),
-    param<kiln_i64>(p, 6));
+    param<const kiln_i64 *>(p, 3), param<kiln_i64>(p, 4), param<int>(p, 5), param<kiln_i64>(p, 6));
 }
 void run_err(void *const *p) {
   kiln_embedding_err_i64_g(param<kiln_op_error *>(p, 0), param<const kiln_i64 *>(p, 1),
@@ -223,7 +222,7 @@ template <int K, int D, unsigned B> const emb_info kInfo = {K, D, B};
 const entry kEntries[] = {
     KILN_FAKE_EMB_DT_(f32, float, kF32) KILN_FAKE_EMB_DT_(f16, kiln_f16, kF16)
         KILN_FAKE_EMB_DT_(bf16, kiln_bf16, kBf16){"kiln_embedding_err_i64_g", 32, plan, run_err,
-                                                   &kInfo<kErr, kF32, 8>},
+                                                  &kInfo<kErr, kF32, 8>},
     {"kiln_embedding_keys_i64_g", 256, plan, run_keys, &kInfo<kKeys, kF32, 8>},
     {"kiln_embedding_hist_i64_g", 256, plan, run_hist, &kInfo<kHist, kF32, 8>},
     {"kiln_embedding_scan_i64_g", 1024, plan, run_scan, &kInfo<kScan, kF32, 8>},

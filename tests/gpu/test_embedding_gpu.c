@@ -27,9 +27,9 @@
 #include <stdlib.h> /* getenv, malloc */
 #include <string.h> /* memcmp, strcmp */
 
-#include "kiln/loader.h"            /* kiln_loader_open, kiln_device_count */
-#include "kiln/ops.h"               /* the ops under test */
-#include "tests/gpu/device.h"       /* device buffers with poisoned guards */
+#include "kiln/loader.h"             /* kiln_loader_open, kiln_device_count */
+#include "kiln/ops.h"                /* the ops under test */
+#include "tests/gpu/device.h"        /* device buffers with poisoned guards */
 #include "tests/gpu/embedding_ref.h" /* inputs and references */
 
 #define SKIP 77
@@ -90,7 +90,12 @@ static void check_invalid_args(kiln_loader *l) {
   py = dptr(y.p), pw = dptr(w.p), pid = dptr(ids.p), pws = dptr(ws.p);
   report(kiln_embedding_bwd_workspace_size(N, 0, V, 0) == 0, "atomic workspace is 0 bytes");
   report(wsb > 0, "deterministic workspace > 0 bytes");
-  expect_einval("fwd loader=NULL", kiln_embedding_fwd(NULL, f, py, pid, pw, N, H, 0, V, V, 0, NULL));
+  report(kiln_embedding_bwd_workspace_size(0, 0, V, 1) == 0 &&
+             kiln_embedding_bwd_workspace_size(N, 5, 5, 1) == 0 &&
+             kiln_embedding_bwd_workspace_size(N, -1, V, 1) == 0,
+         "workspace size of invalid arguments is 0");
+  expect_einval("fwd loader=NULL",
+                kiln_embedding_fwd(NULL, f, py, pid, pw, N, H, 0, V, V, 0, NULL));
   expect_einval("fwd dtype=7", kiln_embedding_fwd(l, bad, py, pid, pw, N, H, 0, V, V, 0, NULL));
   expect_einval("fwd y=NULL", kiln_embedding_fwd(l, f, NULL, pid, pw, N, H, 0, V, V, 0, NULL));
   expect_einval("fwd ids=NULL", kiln_embedding_fwd(l, f, py, NULL, pw, N, H, 0, V, V, 0, NULL));
@@ -98,24 +103,32 @@ static void check_invalid_args(kiln_loader *l) {
   expect_einval("fwd n_tokens=0", kiln_embedding_fwd(l, f, py, pid, pw, 0, H, 0, V, V, 0, NULL));
   expect_einval("fwd hidden=0", kiln_embedding_fwd(l, f, py, pid, pw, N, 0, 0, V, V, 0, NULL));
   expect_einval("fwd hidden=-3", kiln_embedding_fwd(l, f, py, pid, pw, N, -3, 0, V, V, 0, NULL));
-  expect_einval("fwd vocab_start<0", kiln_embedding_fwd(l, f, py, pid, pw, N, H, -1, V, V, 0, NULL));
-  expect_einval("fwd empty partition", kiln_embedding_fwd(l, f, py, pid, pw, N, H, 4, 4, V, 0, NULL));
+  expect_einval("fwd vocab_start<0",
+                kiln_embedding_fwd(l, f, py, pid, pw, N, H, -1, V, V, 0, NULL));
+  expect_einval("fwd empty partition",
+                kiln_embedding_fwd(l, f, py, pid, pw, N, H, 4, 4, V, 0, NULL));
   expect_einval("fwd vocab_end>vocab_size",
                 kiln_embedding_fwd(l, f, py, pid, pw, N, H, 0, V + 1, V, 0, NULL));
   expect_einval("fwd vocab_size=0", kiln_embedding_fwd(l, f, py, pid, pw, N, H, 0, V, 0, 0, NULL));
   expect_einval("fwd flags=2", kiln_embedding_fwd(l, f, py, pid, pw, N, H, 0, V, V, 2, NULL));
-  expect_einval("fwd overflow", kiln_embedding_fwd(l, f, py, pid, pw, 1LL << 62, H, 0, V, V, 0, NULL));
+  expect_einval("fwd overflow",
+                kiln_embedding_fwd(l, f, py, pid, pw, 1LL << 62, H, 0, V, V, 0, NULL));
   expect_einval("bwd loader=NULL",
                 kiln_embedding_bwd(NULL, f, py, pw, pid, N, H, 0, V, 0, NULL, 0, NULL));
-  expect_einval("bwd dtype=7", kiln_embedding_bwd(l, bad, py, pw, pid, N, H, 0, V, 0, NULL, 0, NULL));
+  expect_einval("bwd dtype=7",
+                kiln_embedding_bwd(l, bad, py, pw, pid, N, H, 0, V, 0, NULL, 0, NULL));
   expect_einval("bwd dweight=NULL",
                 kiln_embedding_bwd(l, f, NULL, pw, pid, N, H, 0, V, 0, NULL, 0, NULL));
-  expect_einval("bwd dy=NULL", kiln_embedding_bwd(l, f, py, NULL, pid, N, H, 0, V, 0, NULL, 0, NULL));
-  expect_einval("bwd ids=NULL", kiln_embedding_bwd(l, f, py, pw, NULL, N, H, 0, V, 0, NULL, 0, NULL));
+  expect_einval("bwd dy=NULL",
+                kiln_embedding_bwd(l, f, py, NULL, pid, N, H, 0, V, 0, NULL, 0, NULL));
+  expect_einval("bwd ids=NULL",
+                kiln_embedding_bwd(l, f, py, pw, NULL, N, H, 0, V, 0, NULL, 0, NULL));
   expect_einval("bwd n_tokens=-1",
                 kiln_embedding_bwd(l, f, py, pw, pid, -1, H, 0, V, 0, NULL, 0, NULL));
-  expect_einval("bwd hidden=0", kiln_embedding_bwd(l, f, py, pw, pid, N, 0, 0, V, 0, NULL, 0, NULL));
-  expect_einval("bwd partition", kiln_embedding_bwd(l, f, py, pw, pid, N, H, V, 2, 0, NULL, 0, NULL));
+  expect_einval("bwd hidden=0",
+                kiln_embedding_bwd(l, f, py, pw, pid, N, 0, 0, V, 0, NULL, 0, NULL));
+  expect_einval("bwd partition",
+                kiln_embedding_bwd(l, f, py, pw, pid, N, H, V, 2, 0, NULL, 0, NULL));
   expect_einval("bwd deterministic=2",
                 kiln_embedding_bwd(l, f, py, pw, pid, N, H, 0, V, 2, pws, wsb, NULL));
   expect_einval("bwd workspace=NULL",
@@ -170,8 +183,8 @@ static void fwd_case(kiln_loader *l, kiln_dtype dt, long long n, int hidden, lon
                           (char *)dptr(w.p) + off * es, n, hidden, vs, ve, V, KILN_OPS_SYNC_CHECK,
                           NULL);
   if (st != KILN_OK) {
-    report(0, "fwd %s n=%lld hidden=%d [%lld, %lld) of %lld: %s", kiln_dtype_str(dt), n, hidden,
-           vs, ve, V, kiln_last_error());
+    report(0, "fwd %s n=%lld hidden=%d [%lld, %lld) of %lld: %s", kiln_dtype_str(dt), n, hidden, vs,
+           ve, V, kiln_last_error());
     goto out;
   }
   if (!dev_get(&y, hy, "y", msg, sizeof msg)) {
@@ -215,8 +228,8 @@ static void run_fwd(kiln_loader *l) {
     for (size_t i = 0; i < nq; i++) {
       const long long n = g_quick ? quick[i].n : big[i].n, V = g_quick ? quick[i].V : big[i].V;
       const int h = g_quick ? quick[i].hidden : big[i].hidden;
-      fwd_case(l, dt, n, h, V, 0, V, 0);          /* TP = 1 */
-      fwd_case(l, dt, n, h, V, V / 2, V, 0);      /* TP = 2, second rank */
+      fwd_case(l, dt, n, h, V, 0, V, 0);           /* TP = 1 */
+      fwd_case(l, dt, n, h, V, V / 2, V, 0);       /* TP = 2, second rank */
       fwd_case(l, dt, n, h, V, 0, (V + 1) / 2, 1); /* first rank, misaligned: general path */
     }
   }
@@ -260,7 +273,8 @@ static void bad_id_case(kiln_loader *l, kiln_dtype dt, long long badv, int sync)
              kiln_status_str(st), kiln_last_error());
       st = kiln_ops_check(l, NULL);
     }
-    snprintf(got[tp - 1], sizeof got[tp - 1], "%s", st == KILN_OK ? "(KILN_OK)" : kiln_last_error());
+    snprintf(got[tp - 1], sizeof got[tp - 1], "%s",
+             st == KILN_OK ? "(KILN_OK)" : kiln_last_error());
     report(st == KILN_EINVAL && !strcmp(got[tp - 1], want),
            "bad id %lld %s tp=%d: got %s \"%s\", want \"%s\"", badv, kiln_dtype_str(dt), tp,
            kiln_status_str(st), got[tp - 1], want);
@@ -415,8 +429,8 @@ static void run_bwd(kiln_loader *l) {
       for (size_t i = 0; i < nq; i++) {
         const long long n = g_quick ? quick[i].n : big[i].n, V = g_quick ? quick[i].V : big[i].V;
         const int h = g_quick ? quick[i].hidden : big[i].hidden;
-        bwd_case(l, dt, n, h, V, 0, V, det, 0);       /* TP = 1 */
-        bwd_case(l, dt, n, h, V, V / 2, V, det, 0);   /* TP = 2, second rank */
+        bwd_case(l, dt, n, h, V, 0, V, det, 0);     /* TP = 1 */
+        bwd_case(l, dt, n, h, V, V / 2, V, det, 0); /* TP = 2, second rank */
         if (i == 1 || i == 3 || !g_quick) bwd_case(l, dt, n, h, V, 0, V, det, 1); /* skewed */
       }
   }
