@@ -1,0 +1,118 @@
+/* embedding_ref.c — see embedding_ref.h. */
+#include "tests/gpu/embedding_ref.h"
+
+#include <math.h>   /* fabs, ldexp */
+#include <stdlib.h> /* calloc, free */
+#include <string.h> /* memcpy */
+
+#include "common/half.h" /* kiln_f32_to_f16, ... */
+
+uint64_t ref_rand(uint64_t *s) {
+  uint64_t x = *s;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  *s = x;
+  return x * 0x2545F4914F6CDD1DULL;
+}
+
+static double unit(uint64_t *s) { /* [0, 1) */
+  return (double)(ref_rand(s) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+unsigned ref_esize(kiln_dtype dt) {
+  return dt == KILN_F32 ? 4u : 2u;
+}
+
+static void put(kiln_dtype dt, void *h, size_t i, float v) {
+  if (dt == KILN_F32) {
+    ((float *)h)[i] = v;
+  } else {
+    uint16_t b = dt == KILN_F16 ? kiln_f32_to_f16(v) : kiln_f32_to_bf16(v);
+    ((uint16_t *)h)[i] = b;
+  }
+}
+
+double ref_get(kiln_dtype dt, const void *h, size_t i) {
+  if (dt == KILN_F32) return ((const float *)h)[i];
+  if (dt == KILN_F16) return kiln_f16_to_f32(((const uint16_t *)h)[i]);
+  return kiln_bf16_to_f32(((const uint16_t *)h)[i]);
+}
+
+void ref_fill(kiln_dtype dt, void *h, size_t n, double scale, uint64_t *seed) {
+  for (size_t i = 0; i < n; i++) {
+    double m = 1.0 / 64 + unit(seed) * (1.0 - 1.0 / 64);
+    put(dt, h, i, (float)((ref_rand(seed) & 1 ? -m : m) * scale));
+  }
+}
+
+void ref_ids(int64_t *ids, long long n, long long vocab_size, long long lo, long long hi,
+             double outside, uint64_t *seed) {
+  const int room = lo > 0 || hi < vocab_size;
+  for (long long t = 0; t < n; t++) {
+    if (room && unit(seed) < outside) {
+      long long other = vocab_size - (hi - lo); /* ids outside [lo, hi) */
+      long long k = (long long)(ref_rand(seed) % (uint64_t)other);
+      ids[t] = k < lo ? k : hi + (k - lo);
+    } else {
+      ids[t] = lo + (long long)(ref_rand(seed) % (uint64_t)(hi - lo));
+    }
+  }
+}
+
+void ref_fwd(double *y, const int64_t *ids, kiln_dtype dt, const void *weight, long long n,
+             int hidden, long long vs, long long ve) {
+  for (long long t = 0; t < n; t++)
+    for (int c = 0; c < hidden; c++) {
+      const int in = ids[t] >= vs && ids[t] < ve;
+      y[t * hidden + c] = in ? ref_get(dt, weight, (size_t)((ids[t] - vs) * hidden + c)) : 0.0;
+    }
+}
+
+void ref_bwd(double *dw, double *tol, const float *dw0, kiln_dtype dt, const void *dy,
+             const int64_t *ids, long long n, int hidden, long long vs, long long ve) {
+  const long long rows = ve - vs;
+  long long *cnt = calloc((size_t)rows, sizeof *cnt);
+  double *abs_sum = calloc((size_t)(rows * hidden), sizeof *abs_sum);
+  for (long long i = 0; i < rows * hidden; i++)
+    dw[i] = dw0[i];
+  for (long long t = 0; t < n; t++) {
+    if (ids[t] < vs || ids[t] >= ve) continue;
+    const long long r = ids[t] - vs;
+    cnt[r]++;
+    for (int c = 0; c < hidden; c++) {
+      const double v = ref_get(dt, dy, (size_t)(t * hidden + c));
+      dw[r * hidden + c] += v;
+      abs_sum[r * hidden + c] += fabs(v);
+    }
+  }
+  /* k fp32 additions (k - 1 into the running sum, one into dweight, or k
+   * atomics): each rounds by at most 2^-24 of a partial sum, and every
+   * partial sum is at most |dw0| + sum |dy|: k * 2^-24 * that, doubled. */
+  for (long long r = 0; r < rows; r++)
+    for (int c = 0; c < hidden; c++) {
+      const long long i = r * hidden + c;
+      tol[i] = 2.0 * (double)(cnt[r] + 1) * ldexp(1.0, -24) * (fabs(dw0[i]) + abs_sum[i]);
+    }
+  free(cnt);
+  free(abs_sum);
+}
+
+void ref_bwd_sorted_f32(float *dw, const float *dw0, kiln_dtype dt, const void *dy,
+                        const int64_t *ids, long long n, int hidden, long long vs, long long ve) {
+  const long long rows = ve - vs;
+  float *acc = calloc((size_t)(rows * hidden), sizeof *acc);
+  for (long long t = 0; t < n; t++) {
+    if (ids[t] < vs || ids[t] >= ve) continue;
+    const long long r = ids[t] - vs;
+    for (int c = 0; c < hidden; c++) {
+      volatile float s = acc[r * hidden + c] + (float)ref_get(dt, dy, (size_t)(t * hidden + c));
+      acc[r * hidden + c] = s;
+    }
+  }
+  for (long long i = 0; i < rows * hidden; i++) {
+    volatile float s = dw0[i] + acc[i];
+    dw[i] = s;
+  }
+  free(acc);
+}
