@@ -132,7 +132,8 @@ KILN_API kiln_status kiln_loader_unit_load(kiln_loader *l, const char *unit, kil
 /* "exact CUBIN", "compatible CUBIN", "PTX JIT", "built", "not loaded". */
 KILN_API const char *kiln_load_source_str(kiln_load_source s);
 
-/* Known-answer test of every entry point of every loaded unit: a tiny input
+/* Known-answer test of every entry point of every loaded softmax unit (the
+ * other families are covered by the gpu tests, not here yet): a tiny input
  * run on the GPU and compared with a CPU reference. A unit with a failing
  * entry point has its blob quarantined and is unloaded (the next resolve
  * rebuilds or picks another candidate). KILN_OK when everything passed;
