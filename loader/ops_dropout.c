@@ -9,10 +9,11 @@
 #include "kiln/ops.h"
 #include "loader/ops_internal.h"
 
-#define BDA_THREADS 256u   /* the `g` entries' block (KILN_BDA_THREADS) */
-#define BDA_VEC_ELEMS 8u   /* elements per thread per step on the vector path */
-#define BDA_GROUP_ELEMS 4u /* ... and on the general path (one Philox group) */
-#define BDA_BLOCKS_PER_SM 32ull /* grid cap: several waves of resident blocks, grid-stride beyond */
+#define BDA_THREADS 256u        /* the `g` entries' block (KILN_BDA_THREADS) */
+#define BDA_VEC_ELEMS 8u        /* elements per thread per step on the vector path */
+#define BDA_GROUP_ELEMS 4u      /* ... and on the general path (one Philox group) */
+#define BDA_BLOCKS_PER_SM 32ull /* grid cap: several waves of resident blocks, grid-stride beyond  \
+                                 */
 
 /* The keep rule of the kernels: keep iff (word >> 8) >= threshold, i.e.
  * u = (word >> 8) * 2^-24 >= p. p * 2^24 is exact (p is a float below 1),
@@ -85,8 +86,8 @@ kiln_status kiln_bias_dropout_add_fwd(kiln_loader *l, kiln_dtype dt, void *y, co
   vec = aligned16(y) && aligned16(x) && aligned16(residual) &&
         (!bias || (aligned16(bias) && cols % (int)(16 / kiln_dtype_size(dt)) == 0));
   {
-    void *args[] = {&y, &x, &bias, &residual, &n, &cols, &threshold, &scale, &seed_arg,
-                    &offset_arg};
+    void *args[] = {&y,    &x,         &bias,  &residual, &n,
+                    &cols, &threshold, &scale, &seed_arg, &offset_arg};
     rc = launch(l, op, "fwd", dt, n, vec, args, stream);
   }
 out:

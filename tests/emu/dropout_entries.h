@@ -13,7 +13,7 @@
 
 #include "host_prelude.h" /* first: CUDA built-ins and PTX for the kernel headers */
 
-#include "common/kiln_types.cuh"       /* kiln_f16, kiln_bf16 */
+#include "common/kiln_types.cuh"        /* kiln_f16, kiln_bf16 */
 #include "dropout/bias_dropout_add.def" /* KILN_BIAS_DROPOUT_ADD_ENTRIES */
 
 #define KILN_EMU_DROPOUT_CTYPE_f32 float

@@ -34,7 +34,7 @@ struct dropout_info {
 };
 template <class T, bool F> const dropout_info kInfo = {F, dtype_of<T>::value, sizeof(T)};
 
-constexpr unsigned kThreads = 256;       /* KILN_BDA_THREADS */
+constexpr unsigned kThreads = 256;           /* KILN_BDA_THREADS */
 constexpr unsigned kThresholdEnd = 1u << 24; /* threshold = ceil(p * 2^24) < 2^24 */
 
 bool fail(std::string *why, const char *fmt, double a, double b = 0) {
@@ -86,9 +86,8 @@ bool plan(const entry &e, void *const *p, launch_plan *out, std::string *why) {
   return true;
 }
 
-template <class T,
-          void (*F)(T *, const T *, const T *, const T *, long long, int, unsigned, float,
-                    unsigned long long, unsigned long long)>
+template <class T, void (*F)(T *, const T *, const T *, const T *, long long, int, unsigned, float,
+                             unsigned long long, unsigned long long)>
 void run_fwd(void *const *p) {
   F(param<T *>(p, 0), param<const T *>(p, 1), param<const T *>(p, 2), param<const T *>(p, 3),
     param<long long>(p, 4), param<int>(p, 5), param<unsigned>(p, 6), param<float>(p, 7),

@@ -47,8 +47,8 @@ int dref_philox_kat(char *msg, size_t cap) {
     uint32_t got[4];
     dref_philox(kat[i].ctr, kat[i].key, got);
     if (memcmp(got, kat[i].want, sizeof got) != 0) {
-      snprintf(msg, cap, "vector %zu: got %08x %08x %08x %08x, want %08x %08x %08x %08x", i,
-               got[0], got[1], got[2], got[3], kat[i].want[0], kat[i].want[1], kat[i].want[2],
+      snprintf(msg, cap, "vector %zu: got %08x %08x %08x %08x, want %08x %08x %08x %08x", i, got[0],
+               got[1], got[2], got[3], kat[i].want[0], kat[i].want[1], kat[i].want[2],
                kat[i].want[3]);
       return 0;
     }
@@ -184,8 +184,8 @@ void dref_want(const dref_case *c, int bwd, size_t i, double *want, double *tol)
       return;
     }
     *want = d * s;
-    *tol = 2 * 0x1p-24 * fabs(*want) * (1 + half_ulp(dt)) + half_ulp(dt) * fabs(*want) +
-           half_sub(dt);
+    *tol =
+        2 * 0x1p-24 * fabs(*want) * (1 + half_ulp(dt)) + half_ulp(dt) * fabs(*want) + half_sub(dt);
     return;
   }
   const float xf = (float)dref_get(dt, c->x, i), rf = (float)dref_get(dt, c->res, i);

@@ -64,11 +64,11 @@ void dref_free(dref_case *c);
 void dref_want(const dref_case *c, int bwd, size_t i, double *want, double *tol);
 
 typedef struct dref_result {
-  size_t bad;       /* values out of tolerance (NaN always is) */
-  size_t mask_bad;  /* elements kept on one side and dropped on the other */
-  size_t first;     /* the first bad element (value or mask) */
+  size_t bad;      /* values out of tolerance (NaN always is) */
+  size_t mask_bad; /* elements kept on one side and dropped on the other */
+  size_t first;    /* the first bad element (value or mask) */
   double got, want, tol;
-  double worst;     /* max |got - want| / tol over elements with tol > 0 */
+  double worst; /* max |got - want| / tol over elements with tol > 0 */
 } dref_result;
 
 /* Checks got (n elements of c->dt): values, and the kept set read back from
