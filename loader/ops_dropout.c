@@ -9,11 +9,15 @@
 #include "kiln/ops.h"
 #include "loader/ops_internal.h"
 
-#define BDA_THREADS 256u        /* the `g` entries' block (KILN_BDA_THREADS) */
-#define BDA_VEC_ELEMS 8u        /* elements per thread per step on the vector path */
-#define BDA_GROUP_ELEMS 4u      /* ... and on the general path (one Philox group) */
-#define BDA_BLOCKS_PER_SM 32ull /* grid cap: several waves of resident blocks, grid-stride beyond  \
-                                 */
+/* Launch shape (docs/kernels/dropout.md, "Launch"); the ELEMS are the
+ * kernel's elements per thread per step (KILN_BDA_FWD_ELEMS/BWD_ELEMS on the
+ * vector path, one Philox group of 4 on the general path). The grid is capped
+ * at several waves of resident blocks; the kernels grid-stride beyond. */
+#define BDA_THREADS 256u /* KILN_BDA_THREADS */
+#define BDA_FWD_ELEMS 8u
+#define BDA_BWD_ELEMS 16u
+#define BDA_GROUP_ELEMS 4u
+#define BDA_BLOCKS_PER_SM 32ull
 
 /* The keep rule of the kernels: keep iff (word >> 8) >= threshold, i.e.
  * u = (word >> 8) * 2^-24 >= p. p * 2^24 is exact (p is a float below 1),
@@ -46,22 +50,22 @@ static int aligned16(const void *p) {
   return ((uintptr_t)p & 15u) == 0;
 }
 
-/* Blocks for n elements: one thread per 8 (vector path) or 4 (general path)
- * elements, at most BDA_BLOCKS_PER_SM per SM; the kernels grid-stride over
- * the rest, and the result does not depend on the grid. */
-static unsigned long long pick_grid(kiln_loader *l, long long n, int vec) {
-  const unsigned long long per = vec ? BDA_VEC_ELEMS : BDA_GROUP_ELEMS;
+/* Blocks for n elements, one thread per `per` of them, at most
+ * BDA_BLOCKS_PER_SM per SM; the result does not depend on the grid. */
+static unsigned long long pick_grid(kiln_loader *l, long long n, unsigned per) {
   const unsigned long long threads = ((unsigned long long)n + per - 1) / per;
   const unsigned long long sms = l->info.sm_count > 0 ? (unsigned long long)l->info.sm_count : 132;
   const unsigned long long blocks = (threads + BDA_THREADS - 1) / BDA_THREADS;
   return blocks < sms * BDA_BLOCKS_PER_SM ? blocks : sms * BDA_BLOCKS_PER_SM;
 }
 
-static kiln_status launch(kiln_loader *l, const char *op, const char *dir, kiln_dtype dt,
-                          long long n, int vec, void **args, struct CUstream_st *stream) {
+static kiln_status launch(kiln_loader *l, const char *op, int bwd, kiln_dtype dt, long long n,
+                          int vec, void **args, struct CUstream_st *stream) {
+  const unsigned per = !vec ? BDA_GROUP_ELEMS : bwd ? BDA_BWD_ELEMS : BDA_FWD_ELEMS;
   char entry[96];
-  snprintf(entry, sizeof entry, "kiln_bias_dropout_add_%s_%s_g", dir, kiln_dtype_str(dt));
-  return kiln_op_launch(l, op, entry, pick_grid(l, n, vec), BDA_THREADS, args, stream);
+  snprintf(entry, sizeof entry, "kiln_bias_dropout_add_%s_%s_g", bwd ? "bwd" : "fwd",
+           kiln_dtype_str(dt));
+  return kiln_op_launch(l, op, entry, pick_grid(l, n, per), BDA_THREADS, args, stream);
 }
 
 kiln_status kiln_bias_dropout_add_fwd(kiln_loader *l, kiln_dtype dt, void *y, const void *x,
@@ -88,7 +92,7 @@ kiln_status kiln_bias_dropout_add_fwd(kiln_loader *l, kiln_dtype dt, void *y, co
   {
     void *args[] = {&y,    &x,         &bias,  &residual, &n,
                     &cols, &threshold, &scale, &seed_arg, &offset_arg};
-    rc = launch(l, op, "fwd", dt, n, vec, args, stream);
+    rc = launch(l, op, 0, dt, n, vec, args, stream);
   }
 out:
   return rc;
@@ -111,7 +115,7 @@ kiln_status kiln_bias_dropout_add_bwd(kiln_loader *l, kiln_dtype dt, void *dx, c
   scale = threshold ? (float)(1.0 / (1.0 - (double)p)) : 1.f;
   {
     void *args[] = {&dx, &dy, &n, &threshold, &scale, &seed_arg, &offset_arg};
-    rc = launch(l, op, "bwd", dt, n, aligned16(dx) && aligned16(dy), args, stream);
+    rc = launch(l, op, 1, dt, n, aligned16(dx) && aligned16(dy), args, stream);
   }
 out:
   return rc;

@@ -17,12 +17,13 @@
  *
  * Work split: a thread takes whole groups of 4 consecutive elements (one
  * Philox call each). Fast path, when every pointer is 16-byte aligned and the
- * bias (if any) is too with cols % KILN_VEC(T) == 0: 16-byte vectors, 8 elements
- * (two f32 vectors or one 16-bit vector) loaded before any is used; vector v of thread t is v = t + k *
- * threads. General path (and the last n % KILN_VEC(T) elements of the fast
- * path, bias NULL only): scalar loads, group g = t + k * threads. Which thread
- * takes which element never changes an element's value: the result depends
- * on (seed, offset, i) alone, not on the grid.
+ * bias (if any) is too with cols % KILN_VEC(T) == 0: 16-byte vectors, 8
+ * (fwd) or 16 (bwd) elements per step loaded before any is used; vector v of
+ * thread t is v = t + k * threads. General path (and
+ * the last n % KILN_VEC(T) elements of the fast path, bias NULL only):
+ * scalar loads, group g = t + k * threads. Which thread takes which element
+ * never changes an element's value: the result depends on (seed, offset, i)
+ * alone, not on the grid.
  *
  * In place: y may be x or residual, dx may be dy: each thread reads all of
  * its elements before it writes them and touches no other thread's.
@@ -33,7 +34,10 @@
 #include "dropout/bias_dropout_add.def"
 
 #define KILN_BDA_THREADS 256 /* the `g` variant's block (docs/kernels/dropout.md) */
-#define KILN_BDA_ELEMS 8     /* elements per thread per fast-path step: two Philox calls */
+/* Elements per thread per fast-path step: 32 (16-bit) or 64 (f32) bytes of
+ * loads in flight per thread either way; the forward reads two tensors. */
+#define KILN_BDA_FWD_ELEMS 8
+#define KILN_BDA_BWD_ELEMS 16
 #define KILN_BDA_MIN_BLOCKS 4 /* per SM: at most 64 registers, half the threads of an SM */
 
 typedef unsigned long long kiln_u64;
@@ -65,15 +69,15 @@ __device__ __forceinline__ unsigned kiln_bda_wrap(unsigned a, unsigned b, unsign
  * x is dy, y is dx and bias/residual are NULL. */
 template <typename T, bool kFwd>
 __device__ __forceinline__ void kiln_bda_body(T *y, const T *x, const T *bias, const T *residual,
-                                              kiln_i64 n, int cols, unsigned threshold,
-                                              float scale, kiln_u64 seed, kiln_u64 offset) {
+                                              kiln_i64 n, int cols, unsigned threshold, float scale,
+                                              kiln_u64 seed, kiln_u64 offset) {
   const int V = KILN_VEC(T);
-  const int U = KILN_BDA_ELEMS / KILN_VEC(T); /* vectors per input in flight: 2 f32, 1 16-bit */
+  /* vectors per input per step: fwd 2 (f32) or 1 (16-bit), bwd 4 or 2 */
+  const int U = (kFwd ? KILN_BDA_FWD_ELEMS : KILN_BDA_BWD_ELEMS) / KILN_VEC(T);
   const kiln_i64 tid = (kiln_i64)blockIdx.x * blockDim.x + threadIdx.x;
   const kiln_i64 threads = (kiln_i64)gridDim.x * blockDim.x;
   const unsigned ucols = (unsigned)cols;
-  const bool vec = kiln_aligned16(y) && kiln_aligned16(x) &&
-                   (!kFwd || kiln_aligned16(residual)) &&
+  const bool vec = kiln_aligned16(y) && kiln_aligned16(x) && (!kFwd || kiln_aligned16(residual)) &&
                    (!bias || (kiln_aligned16(bias) && cols % V == 0));
   kiln_i64 g_begin = 0; /* the first group of the scalar part */
   if (vec) {
@@ -168,25 +172,23 @@ __device__ __forceinline__ void kiln_bda_body(T *y, const T *x, const T *bias, c
 #define KILN_BDA_CTYPE_f16 kiln_f16
 #define KILN_BDA_CTYPE_bf16 kiln_bf16
 
-#define KILN_BDA_ENTRY_fwd(dt, v)                                                                \
-  extern "C" __global__ void __launch_bounds__(KILN_BDA_THREADS, KILN_BDA_MIN_BLOCKS)                                 \
-      kiln_bias_dropout_add_fwd_##dt##_##v(                                                      \
-          KILN_BDA_CTYPE_##dt *y, const KILN_BDA_CTYPE_##dt *x,                                  \
-          const KILN_BDA_CTYPE_##dt *bias, const KILN_BDA_CTYPE_##dt *residual, long long n,     \
-          int cols, unsigned threshold, float scale, unsigned long long seed,                    \
-          unsigned long long offset) {                                                           \
-    kiln_bda_body<KILN_BDA_CTYPE_##dt, true>(y, x, bias, residual, n, cols, threshold, scale,    \
-                                             seed, offset);                                      \
+#define KILN_BDA_ENTRY_fwd(dt, v)                                                                  \
+  extern "C" __global__ void __launch_bounds__(KILN_BDA_THREADS, KILN_BDA_MIN_BLOCKS)              \
+      kiln_bias_dropout_add_fwd_##dt##_##v(                                                        \
+          KILN_BDA_CTYPE_##dt *y, const KILN_BDA_CTYPE_##dt *x, const KILN_BDA_CTYPE_##dt *bias,   \
+          const KILN_BDA_CTYPE_##dt *residual, long long n, int cols, unsigned threshold,          \
+          float scale, unsigned long long seed, unsigned long long offset) {                       \
+    kiln_bda_body<KILN_BDA_CTYPE_##dt, true>(y, x, bias, residual, n, cols, threshold, scale,      \
+                                             seed, offset);                                        \
   }
-#define KILN_BDA_ENTRY_bwd(dt, v)                                                                \
-  extern "C" __global__ void __launch_bounds__(KILN_BDA_THREADS, KILN_BDA_MIN_BLOCKS)                                 \
-      kiln_bias_dropout_add_bwd_##dt##_##v(KILN_BDA_CTYPE_##dt *dx,                              \
-                                           const KILN_BDA_CTYPE_##dt *dy, long long n,           \
-                                           unsigned threshold, float scale,                      \
-                                           unsigned long long seed, unsigned long long offset) { \
-    kiln_bda_body<KILN_BDA_CTYPE_##dt, false>(dx, dy, (const KILN_BDA_CTYPE_##dt *)0,            \
-                                              (const KILN_BDA_CTYPE_##dt *)0, n, 1, threshold,   \
-                                              scale, seed, offset);                              \
+#define KILN_BDA_ENTRY_bwd(dt, v)                                                                  \
+  extern "C" __global__ void __launch_bounds__(KILN_BDA_THREADS, KILN_BDA_MIN_BLOCKS)              \
+      kiln_bias_dropout_add_bwd_##dt##_##v(KILN_BDA_CTYPE_##dt *dx, const KILN_BDA_CTYPE_##dt *dy, \
+                                           long long n, unsigned threshold, float scale,           \
+                                           unsigned long long seed, unsigned long long offset) {   \
+    kiln_bda_body<KILN_BDA_CTYPE_##dt, false>(dx, dy, (const KILN_BDA_CTYPE_##dt *)0,              \
+                                              (const KILN_BDA_CTYPE_##dt *)0, n, 1, threshold,     \
+                                              scale, seed, offset);                                \
   }
 #define KILN_BDA_ENTRY(unit, dir, dt, v) KILN_BDA_ENTRY_##dir(dt, v)
 KILN_BIAS_DROPOUT_ADD_ENTRIES(KILN_BDA_ENTRY)
