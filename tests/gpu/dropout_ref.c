@@ -205,7 +205,8 @@ void dref_want(const dref_case *c, int bwd, size_t i, double *want, double *tol)
   {
     const double ts = fabs((double)t * s), e32 = 0x1p-24 * (2 * ts + fabs((double)rf));
     *want = (double)rf + (double)t * s;
-    *tol = e32 + half_ulp(dt) * (fabs(*want) + e32) + half_sub(dt);
+    /* the last term: want's own double rounding */
+    *tol = e32 + half_ulp(dt) * (fabs(*want) + e32) + half_sub(dt) + 0x1p-50 * fabs(*want);
   }
 }
 
