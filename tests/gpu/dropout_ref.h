@@ -19,7 +19,8 @@
  *     2^-24), the fma's rounding ((|t s| + |r|) 2^-24), then the store's
  *     rounding to the dtype, half an ulp: |y| 2^-24 (f32), 2^-11 (f16),
  *     2^-8 (bf16), plus half the smallest subnormal. dx = dy * s likewise
- *     (two fp32 roundings, then the store's). */
+ *     (two fp32 roundings, then the store's). Both add 2^-50 |want| for the
+ *     reference's own rounding in float64. */
 #ifndef KILN_TESTS_GPU_DROPOUT_REF_H
 #define KILN_TESTS_GPU_DROPOUT_REF_H
 
