@@ -156,13 +156,18 @@ KILN_API kiln_status kiln_bias_swiglu_bwd(kiln_loader *l, kiln_dtype dt, void *d
 
 /* ---- bias + dropout + residual add ---------------------------------------------
  * y = residual + dropout_p(x + bias) over [rows, cols] of dt, bias [cols] or
- * NULL. Element i (row-major index) is kept iff u_i >= p, where u_i is
- * uniform in [0, 1) from Philox-4x32-10 with key = seed and counter =
- * (offset, i / 4), word i % 4: reproducible from (seed, offset) and
- * independent of the launch shape; kept elements are scaled by 1 / (1 - p).
- * training = 0, or p = 0, is the exact identity y = residual + x + bias.
- * 0 <= p < 1. The backward regenerates the mask: dx = dy * keep / (1 - p)
- * (dresidual is dy itself; dbias the column sum of dx). */
+ * NULL. Element i (row-major index) is kept iff u_i >= p, u_i = (w >> 8) *
+ * 2^-24 with w word i % 4 of Philox-4x32-10 with key (seed lo, seed hi) and
+ * counter (i/4 lo, i/4 hi, offset lo, offset hi): reproducible from (seed,
+ * offset) and independent of the launch shape; a different offset (e.g. +1
+ * per call) or seed gives an independent mask. Kept elements are
+ * fma(x + bias, 1 / (1 - p), residual) in fp32; dropped ones are exactly
+ * residual (x is not used: an inf or NaN there does not propagate).
+ * training = 0, or p = 0, is the exact identity y = (x + bias) + residual in
+ * fp32, rounded once. 0 <= p < 1, training 0 or 1, else KILN_EINVAL. y may
+ * be x or residual. The backward regenerates the mask: dx = dy * keep / (1 -
+ * p), +0 where dropped; dx may be dy (dresidual is dy itself; dbias the
+ * column sum of dx). docs/kernels/dropout.md. */
 KILN_API kiln_status kiln_bias_dropout_add_fwd(kiln_loader *l, kiln_dtype dt, void *y,
                                                const void *x, const void *bias,
                                                const void *residual, long long rows, int cols,
