@@ -20,7 +20,7 @@ template <int V, class T> struct kiln_swiglu_fwd_op {
     kiln_act_load<V>(x + xo, a);
     kiln_act_load<V>(x + xo + cols, b);
     kiln_act_load_bias<V>(bias, col, ba);
-    kiln_act_load_bias<V>(bias, cols + col, bb);
+    kiln_act_load_bias<V>(bias ? bias + cols : bias, col, bb); /* no int cols + col */
 #pragma unroll
     for (int i = 0; i < V; ++i) {
       const float u = a[i] + ba[i];
@@ -42,7 +42,7 @@ template <int V, class T> struct kiln_swiglu_bwd_op {
     kiln_act_load<V>(x + xo, a);
     kiln_act_load<V>(x + xo + cols, b);
     kiln_act_load_bias<V>(bias, col, ba);
-    kiln_act_load_bias<V>(bias, cols + col, bb);
+    kiln_act_load_bias<V>(bias ? bias + cols : bias, col, bb); /* no int cols + col */
 #pragma unroll
     for (int i = 0; i < V; ++i) {
       const float u = a[i] + ba[i], w = b[i] + bb[i];
