@@ -27,7 +27,8 @@ static unsigned long long pick_grid(const kiln_loader *l, kiln_dtype dt, long lo
   const int vec = (int)(16 / kiln_dtype_size(dt));
   const int fast =
       cols % vec == 0 && aligned16(p0) && aligned16(p1) && aligned16(p2) && aligned16(p3);
-  const unsigned long long units = (unsigned long long)rows * (unsigned long long)(fast ? cols / vec : cols);
+  const unsigned long long units =
+      (unsigned long long)rows * (unsigned long long)(fast ? cols / vec : cols);
   const unsigned long long sms = l->info.sm_count > 0 ? (unsigned long long)l->info.sm_count : 132;
   const unsigned long long cap = sms * ACT_BLOCKS_PER_SM;
   unsigned long long grid = (units + ACT_THREADS - 1) / ACT_THREADS;
@@ -50,18 +51,16 @@ out:
   return rc;
 }
 
-static kiln_status launch(kiln_loader *l, const char *op, const char *unit, int bwd,
-                          kiln_dtype dt, unsigned long long grid, void **args,
-                          struct CUstream_st *stream) {
+static kiln_status launch(kiln_loader *l, const char *op, const char *unit, int bwd, kiln_dtype dt,
+                          unsigned long long grid, void **args, struct CUstream_st *stream) {
   char entry[128];
   snprintf(entry, sizeof entry, "kiln_%s_%s_%s_g", unit, bwd ? "bwd" : "fwd", kiln_dtype_str(dt));
   return kiln_op_launch(l, op, entry, grid, ACT_THREADS, args, stream);
 }
 
-static kiln_status act_fwd(const char *op, const char *unit, long long width_factor,
-                           kiln_loader *l, kiln_dtype dt, void *y, const void *x,
-                           const void *bias, long long rows, int cols,
-                           struct CUstream_st *stream) {
+static kiln_status act_fwd(const char *op, const char *unit, long long width_factor, kiln_loader *l,
+                           kiln_dtype dt, void *y, const void *x, const void *bias, long long rows,
+                           int cols, struct CUstream_st *stream) {
   kiln_status rc;
   KILN_CHECK(check_shape(op, l, dt, rows, cols, width_factor));
   KILN_CHECK(kiln_op_need_ptr(op, y, "y"));
@@ -74,10 +73,9 @@ out:
   return rc;
 }
 
-static kiln_status act_bwd(const char *op, const char *unit, long long width_factor,
-                           kiln_loader *l, kiln_dtype dt, void *dx, const void *dy,
-                           const void *x, const void *bias, long long rows, int cols,
-                           struct CUstream_st *stream) {
+static kiln_status act_bwd(const char *op, const char *unit, long long width_factor, kiln_loader *l,
+                           kiln_dtype dt, void *dx, const void *dy, const void *x, const void *bias,
+                           long long rows, int cols, struct CUstream_st *stream) {
   kiln_status rc;
   KILN_CHECK(check_shape(op, l, dt, rows, cols, width_factor));
   KILN_CHECK(kiln_op_need_ptr(op, dx, "dx"));
@@ -100,15 +98,13 @@ kiln_status kiln_bias_gelu_fwd(kiln_loader *l, kiln_dtype dt, void *y, const voi
 kiln_status kiln_bias_gelu_bwd(kiln_loader *l, kiln_dtype dt, void *dx, const void *dy,
                                const void *x, const void *bias, long long rows, int cols,
                                struct CUstream_st *stream) {
-  return act_bwd("kiln_bias_gelu_bwd", "bias_gelu", 1, l, dt, dx, dy, x, bias, rows, cols,
-                 stream);
+  return act_bwd("kiln_bias_gelu_bwd", "bias_gelu", 1, l, dt, dx, dy, x, bias, rows, cols, stream);
 }
 
 kiln_status kiln_bias_swiglu_fwd(kiln_loader *l, kiln_dtype dt, void *y, const void *x,
                                  const void *bias, long long rows, int cols,
                                  struct CUstream_st *stream) {
-  return act_fwd("kiln_bias_swiglu_fwd", "bias_swiglu", 2, l, dt, y, x, bias, rows, cols,
-                 stream);
+  return act_fwd("kiln_bias_swiglu_fwd", "bias_swiglu", 2, l, dt, y, x, bias, rows, cols, stream);
 }
 
 kiln_status kiln_bias_swiglu_bwd(kiln_loader *l, kiln_dtype dt, void *dx, const void *dy,

@@ -20,13 +20,12 @@
 #define KILN_ACT_THREADS 256
 
 /* GeLU, tanh approximation (Megatron's bias_gelu). */
-#define KILN_GELU_K0 0.79788456f    /* sqrt(2 / pi) */
+#define KILN_GELU_K0 0.79788456f /* sqrt(2 / pi) */
 #define KILN_GELU_K1 0.044715f
-#define KILN_GELU_K2 0.1070322243f  /* 3 * K0 * K1 */
+#define KILN_GELU_K2 0.1070322243f /* 3 * K0 * K1 */
 
 /* Calls f(row, c) for every unit (row < rows, c < cu) this thread owns. */
-template <class F>
-__device__ __forceinline__ void kiln_act_walk(kiln_i64 rows, int cu, F &f) {
+template <class F> __device__ __forceinline__ void kiln_act_walk(kiln_i64 rows, int cu, F &f) {
   const kiln_i64 first = (kiln_i64)blockIdx.x * blockDim.x + threadIdx.x;
   const kiln_i64 stride = (kiln_i64)gridDim.x * blockDim.x;
   kiln_i64 row = first / cu;

@@ -45,8 +45,8 @@ template <int V, class T> struct kiln_gelu_bwd_op {
 };
 
 template <class T>
-__device__ __forceinline__ void kiln_bias_gelu_fwd(T *y, const T *x, const T *bias,
-                                                   kiln_i64 rows, int cols) {
+__device__ __forceinline__ void kiln_bias_gelu_fwd(T *y, const T *x, const T *bias, kiln_i64 rows,
+                                                   int cols) {
   const int V = KILN_VEC(T);
   if (cols % V == 0 && kiln_aligned16(y) && kiln_aligned16(x) && kiln_aligned16(bias)) {
     kiln_gelu_fwd_op<KILN_VEC(T), T> f = {y, x, bias, cols};
@@ -83,7 +83,7 @@ __device__ __forceinline__ void kiln_bias_gelu_bwd(T *dx, const T *dy, const T *
   }
 #define KILN_GELU_ENTRY_bwd(dt, v)                                                                 \
   extern "C" __global__ void __launch_bounds__(KILN_ACT_THREADS) kiln_bias_gelu_bwd_##dt##_##v(    \
-      KILN_GELU_CTYPE_##dt *dx, const KILN_GELU_CTYPE_##dt *dy, const KILN_GELU_CTYPE_##dt *x,    \
+      KILN_GELU_CTYPE_##dt *dx, const KILN_GELU_CTYPE_##dt *dy, const KILN_GELU_CTYPE_##dt *x,     \
       const KILN_GELU_CTYPE_##dt *bias, long long rows, int cols) {                                \
     kiln_bias_gelu_bwd(dx, dy, x, bias, rows, cols);                                               \
   }

@@ -56,8 +56,8 @@ template <int V, class T> struct kiln_swiglu_bwd_op {
 };
 
 template <class T>
-__device__ __forceinline__ void kiln_bias_swiglu_fwd(T *y, const T *x, const T *bias,
-                                                     kiln_i64 rows, int cols) {
+__device__ __forceinline__ void kiln_bias_swiglu_fwd(T *y, const T *x, const T *bias, kiln_i64 rows,
+                                                     int cols) {
   const int V = KILN_VEC(T);
   if (cols % V == 0 && kiln_aligned16(y) && kiln_aligned16(x) && kiln_aligned16(bias)) {
     kiln_swiglu_fwd_op<KILN_VEC(T), T> f = {y, x, bias, cols};
@@ -69,8 +69,8 @@ __device__ __forceinline__ void kiln_bias_swiglu_fwd(T *y, const T *x, const T *
 }
 
 template <class T>
-__device__ __forceinline__ void kiln_bias_swiglu_bwd(T *dx, const T *dy, const T *x,
-                                                     const T *bias, kiln_i64 rows, int cols) {
+__device__ __forceinline__ void kiln_bias_swiglu_bwd(T *dx, const T *dy, const T *x, const T *bias,
+                                                     kiln_i64 rows, int cols) {
   const int V = KILN_VEC(T);
   if (cols % V == 0 && kiln_aligned16(dx) && kiln_aligned16(dy) && kiln_aligned16(x) &&
       kiln_aligned16(bias)) {
@@ -88,14 +88,14 @@ __device__ __forceinline__ void kiln_bias_swiglu_bwd(T *dx, const T *dy, const T
 
 #define KILN_SWIGLU_ENTRY_fwd(dt, v)                                                               \
   extern "C" __global__ void __launch_bounds__(KILN_ACT_THREADS) kiln_bias_swiglu_fwd_##dt##_##v(  \
-      KILN_SWIGLU_CTYPE_##dt *y, const KILN_SWIGLU_CTYPE_##dt *x,                                 \
+      KILN_SWIGLU_CTYPE_##dt *y, const KILN_SWIGLU_CTYPE_##dt *x,                                  \
       const KILN_SWIGLU_CTYPE_##dt *bias, long long rows, int cols) {                              \
     kiln_bias_swiglu_fwd(y, x, bias, rows, cols);                                                  \
   }
 #define KILN_SWIGLU_ENTRY_bwd(dt, v)                                                               \
   extern "C" __global__ void __launch_bounds__(KILN_ACT_THREADS) kiln_bias_swiglu_bwd_##dt##_##v(  \
-      KILN_SWIGLU_CTYPE_##dt *dx, const KILN_SWIGLU_CTYPE_##dt *dy,                               \
-      const KILN_SWIGLU_CTYPE_##dt *x, const KILN_SWIGLU_CTYPE_##dt *bias, long long rows,        \
+      KILN_SWIGLU_CTYPE_##dt *dx, const KILN_SWIGLU_CTYPE_##dt *dy,                                \
+      const KILN_SWIGLU_CTYPE_##dt *x, const KILN_SWIGLU_CTYPE_##dt *bias, long long rows,         \
       int cols) {                                                                                  \
     kiln_bias_swiglu_bwd(dx, dy, x, bias, rows, cols);                                             \
   }

@@ -31,7 +31,7 @@
 #define KILN_EMU_ACT_DECL_bwd(unit, dt, v)                                                         \
   extern "C" void kiln_##unit##_bwd_##dt##_##v(                                                    \
       KILN_EMU_ACT_CTYPE(dt) * dx, const KILN_EMU_ACT_CTYPE(dt) * dy,                              \
-      const KILN_EMU_ACT_CTYPE(dt) * x, const KILN_EMU_ACT_CTYPE(dt) * bias, long long rows,      \
+      const KILN_EMU_ACT_CTYPE(dt) * x, const KILN_EMU_ACT_CTYPE(dt) * bias, long long rows,       \
       int cols);
 #define KILN_EMU_ACT_DECL_(unit, dir, dt, v) KILN_EMU_ACT_DECL_##dir(unit, dt, v)
 KILN_BIAS_GELU_ENTRIES(KILN_EMU_ACT_DECL_)

@@ -127,8 +127,8 @@ void run_bwd(void *const *p) {
   {"kiln_" #unit "_" #dir "_" #dt "_" #v, KILN_ACT_THREADS, plan,                                  \
    KILN_FAKE_ACT_RUN_##dir<KILN_FAKE_ACT_CTYPE_##dt, kiln_##unit##_##dir##_##dt##_##v>,            \
    &kInfo<checked_unit<unit_kind(#unit)>(), KILN_FAKE_ACT_CTYPE_##dt, KILN_FAKE_ACT_FWD_##dir>},
-const entry kEntries[] = {KILN_BIAS_GELU_ENTRIES(KILN_FAKE_ACT_) KILN_BIAS_SWIGLU_ENTRIES(
-    KILN_FAKE_ACT_)};
+const entry kEntries[] = {KILN_BIAS_GELU_ENTRIES(KILN_FAKE_ACT_)
+                              KILN_BIAS_SWIGLU_ENTRIES(KILN_FAKE_ACT_)};
 #undef KILN_FAKE_ACT_
 
 } // namespace

@@ -87,9 +87,9 @@ static void gelu_ref(act_case *c) {
     c->y_ref[i] = u * 0.5 * (1 + t);
     c->y_tol[i] = out_tol(c->dt, c->y_ref[i], REL * fabs(c->y_ref[i]) + ABS_ULP * (1 + au));
     c->dx_ref[i] = dy * g;
-    c->dx_tol[i] = out_tol(c->dt, c->dx_ref[i],
-                           REL * fabs(c->dx_ref[i]) +
-                               ABS_ULP * fabs(dy) * (1 + au * (K0 + K2 * u * u)));
+    c->dx_tol[i] =
+        out_tol(c->dt, c->dx_ref[i],
+                REL * fabs(c->dx_ref[i]) + ABS_ULP * fabs(dy) * (1 + au * (K0 + K2 * u * u)));
   }
 }
 
@@ -171,8 +171,8 @@ size_t act_check(kiln_dtype dt, const void *got, const double *ref, const double
 }
 
 const char *act_shape_str(const act_shape *s, char *out, size_t cap) {
-  snprintf(out, cap, "%s rows=%lld cols=%d%s%s%s", s->unit == ACT_GELU ? "gelu" : "swiglu",
-           s->rows, s->cols, s->bias ? " bias" : " no-bias", s->inplace ? " in-place" : "",
+  snprintf(out, cap, "%s rows=%lld cols=%d%s%s%s", s->unit == ACT_GELU ? "gelu" : "swiglu", s->rows,
+           s->cols, s->bias ? " bias" : " no-bias", s->inplace ? " in-place" : "",
            s->misalign ? " misaligned" : "");
   return out;
 }

@@ -26,7 +26,7 @@
 #include "tests/gpu/device.h"         /* device buffers with poisoned guards */
 
 #define SKIP 77
-#define QUICK_MAX_ELEMS 20000/* KILN_GPU_TEST_QUICK: largest rows * width */
+#define QUICK_MAX_ELEMS 20000 /* KILN_GPU_TEST_QUICK: largest rows * width */
 #define FULL_MAX_ELEMS (64LL << 20)
 
 static int g_quick;
@@ -79,8 +79,7 @@ static int tb_get(tbuf *t, void *h, const char *name, char *msg, size_t cap) {
   if (!dev_get(&t->d, t->stage, name, msg, cap)) return 0;
   for (size_t i = 0; i < t->off_bytes; i++)
     if (t->stage[i] != 0xFF) {
-      snprintf(msg, cap, "%s: the byte %zu before its start was written", name,
-               t->off_bytes - i);
+      snprintf(msg, cap, "%s: the byte %zu before its start was written", name, t->off_bytes - i);
       return 0;
     }
   if (h) memcpy(h, t->stage + t->off_bytes, t->bytes);
@@ -164,13 +163,11 @@ static int run_bwd(kiln_loader *l, const act_case *c, case_bufs *b, void *dx, ch
   if (!tb_put(&b->x, c->x, msg, cap)) return 0;
   if (c->s.inplace) { /* gelu: dx == dy */
     if (!tb_put(&b->dx, c->dy, msg, cap) ||
-        !status_ok(launch_bwd(l, c, tb_ptr(&b->dx), tb_ptr(&b->dx), tb_ptr(&b->x), bias), msg,
-                   cap))
+        !status_ok(launch_bwd(l, c, tb_ptr(&b->dx), tb_ptr(&b->dx), tb_ptr(&b->x), bias), msg, cap))
       return 0;
   } else {
     if (!dev_poison(&b->dx.d, msg, cap) || !tb_put(&b->dy, c->dy, msg, cap) ||
-        !status_ok(launch_bwd(l, c, tb_ptr(&b->dx), tb_ptr(&b->dy), tb_ptr(&b->x), bias), msg,
-                   cap))
+        !status_ok(launch_bwd(l, c, tb_ptr(&b->dx), tb_ptr(&b->dy), tb_ptr(&b->x), bias), msg, cap))
       return 0;
   }
   return dev_sync("backward", msg, cap) && tb_get(&b->dx, dx, "dx", msg, cap) &&
@@ -264,8 +261,7 @@ static void check_invalid_args(kiln_loader *l) {
   /* bias_gelu_bwd */
   expect_einval("bias_gelu_bwd loader=NULL",
                 kiln_bias_gelu_bwd(NULL, f32, o, i, i, i, ROWS, COLS, NULL));
-  expect_einval("bias_gelu_bwd dtype=7",
-                kiln_bias_gelu_bwd(l, bad, o, i, i, i, ROWS, COLS, NULL));
+  expect_einval("bias_gelu_bwd dtype=7", kiln_bias_gelu_bwd(l, bad, o, i, i, i, ROWS, COLS, NULL));
   expect_einval("bias_gelu_bwd dx=NULL",
                 kiln_bias_gelu_bwd(l, f32, NULL, i, i, i, ROWS, COLS, NULL));
   expect_einval("bias_gelu_bwd dy=NULL",
@@ -279,8 +275,7 @@ static void check_invalid_args(kiln_loader *l) {
   /* bias_swiglu_fwd */
   expect_einval("bias_swiglu_fwd loader=NULL",
                 kiln_bias_swiglu_fwd(NULL, f32, o, i, i, ROWS, COLS, NULL));
-  expect_einval("bias_swiglu_fwd dtype=7",
-                kiln_bias_swiglu_fwd(l, bad, o, i, i, ROWS, COLS, NULL));
+  expect_einval("bias_swiglu_fwd dtype=7", kiln_bias_swiglu_fwd(l, bad, o, i, i, ROWS, COLS, NULL));
   expect_einval("bias_swiglu_fwd y=NULL",
                 kiln_bias_swiglu_fwd(l, f32, NULL, i, i, ROWS, COLS, NULL));
   expect_einval("bias_swiglu_fwd x=NULL",
@@ -303,8 +298,7 @@ static void check_invalid_args(kiln_loader *l) {
                 kiln_bias_swiglu_bwd(l, f32, o, i, NULL, i, ROWS, COLS, NULL));
   expect_einval("bias_swiglu_bwd rows=-5",
                 kiln_bias_swiglu_bwd(l, f32, o, i, i, i, -5, COLS, NULL));
-  expect_einval("bias_swiglu_bwd cols=0",
-                kiln_bias_swiglu_bwd(l, f32, o, i, i, i, ROWS, 0, NULL));
+  expect_einval("bias_swiglu_bwd cols=0", kiln_bias_swiglu_bwd(l, f32, o, i, i, i, ROWS, 0, NULL));
   expect_einval("bias_swiglu_bwd rows*2*cols*2 overflows",
                 kiln_bias_swiglu_bwd(l, KILN_F16, o, i, i, i, huge, COLS, NULL));
   /* nothing ran: the output is still all 0xFF */
