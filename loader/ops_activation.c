@@ -10,9 +10,14 @@
 
 /* Threads per block: KILN_ACT_THREADS of kernels/activation/activation_core.cuh. */
 #define ACT_THREADS 256u
-/* Blocks per SM the grid is capped at: 8 resident blocks of 256 threads (a
- * full SM) times 4 waves; beyond it the kernels grid-stride. */
-#define ACT_BLOCKS_PER_SM 32ull
+/* Units of work each thread takes per pass (kiln_act_walk keeps two in
+ * flight). */
+#define ACT_UNITS_PER_THREAD 2ull
+/* Blocks per SM the grid is capped at: 4 to 8 blocks of 256 threads are
+ * resident on an SM at the kernels' 48 to 64 registers, so the cap is 32 or
+ * more waves, small blocks the hardware balances across SMs with a tail of
+ * a few percent at most; beyond it the kernels grid-stride. */
+#define ACT_BLOCKS_PER_SM 256ull
 
 static int aligned16(const void *p) {
   return ((uintptr_t)p & 15u) == 0;
@@ -20,7 +25,9 @@ static int aligned16(const void *p) {
 
 /* The kernels take the 16-byte vector path when cols is a multiple of the
  * elements in 16 bytes and every pointer (NULL included) is 16-byte aligned;
- * the grid covers one thread per unit of work (a vector, or an element). */
+ * a unit of work is a vector there, an element otherwise. The grid gives
+ * each thread ACT_UNITS_PER_THREAD units, capped at ACT_BLOCKS_PER_SM blocks
+ * per SM. */
 static unsigned long long pick_grid(const kiln_loader *l, kiln_dtype dt, long long rows, int cols,
                                     const void *p0, const void *p1, const void *p2,
                                     const void *p3) {
@@ -31,7 +38,8 @@ static unsigned long long pick_grid(const kiln_loader *l, kiln_dtype dt, long lo
       (unsigned long long)rows * (unsigned long long)(fast ? cols / vec : cols);
   const unsigned long long sms = l->info.sm_count > 0 ? (unsigned long long)l->info.sm_count : 132;
   const unsigned long long cap = sms * ACT_BLOCKS_PER_SM;
-  unsigned long long grid = (units + ACT_THREADS - 1) / ACT_THREADS;
+  const unsigned long long per_block = ACT_THREADS * ACT_UNITS_PER_THREAD;
+  unsigned long long grid = (units + per_block - 1) / per_block;
   if (grid > cap) grid = cap;
   return grid ? grid : 1;
 }

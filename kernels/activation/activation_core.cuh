@@ -24,8 +24,24 @@
 #define KILN_GELU_K1 0.044715f
 #define KILN_GELU_K2 0.1070322243f /* 3 * K0 * K1 */
 
-/* Calls f(row, c) for every unit (row < rows, c < cu) this thread owns. */
-template <class F> __device__ __forceinline__ void kiln_act_walk(kiln_i64 rows, int cu, F &f) {
+/* The unit after (row, c) in this thread's grid-stride order. */
+__device__ __forceinline__ void kiln_act_next(kiln_i64 &row, int &c, kiln_i64 srow, int sc,
+                                              int cu) {
+  c += sc;
+  row += srow;
+  if (c >= cu) {
+    c -= cu;
+    ++row;
+  }
+}
+
+/* Runs f over every unit (row < rows, c < cu) this thread owns, two at a
+ * time: f.load(row, c, r) reads a unit's inputs into registers r
+ * (F::regs), f.store(row, c, r) computes and writes it. Both units' loads
+ * are issued before either store, so a thread keeps two units' bytes in
+ * flight (the stores may alias the loads: y may be x). */
+template <class F>
+__device__ __forceinline__ void kiln_act_walk(kiln_i64 rows, int cu, const F &f) {
   const kiln_i64 first = (kiln_i64)blockIdx.x * blockDim.x + threadIdx.x;
   const kiln_i64 stride = (kiln_i64)gridDim.x * blockDim.x;
   kiln_i64 row = first / cu;
@@ -33,40 +49,65 @@ template <class F> __device__ __forceinline__ void kiln_act_walk(kiln_i64 rows, 
   const kiln_i64 srow = stride / cu;
   const int sc = (int)(stride - srow * cu);
   while (row < rows) {
-    f(row, c);
-    c += sc;
-    row += srow;
-    if (c >= cu) {
-      c -= cu;
-      ++row;
-    }
+    kiln_i64 row1 = row;
+    int c1 = c;
+    kiln_act_next(row1, c1, srow, sc, cu);
+    const bool two = row1 < rows;
+    typename F::regs r0, r1;
+    f.load(row, c, r0);
+    if (two) f.load(row1, c1, r1);
+    f.store(row, c, r0);
+    if (two) f.store(row1, c1, r1);
+    row = row1;
+    c = c1;
+    kiln_act_next(row, c, srow, sc, cu);
   }
 }
 
-/* V elements of p (16-byte aligned when V > 1) as fp32. */
-template <int V, class T> __device__ __forceinline__ void kiln_act_load(const T *p, float *v) {
-  if (V > 1) {
-    kiln_load_vec(p, v);
+/* A unit's V elements of T as loaded, unconverted: one 16-byte word
+ * (kiln_v16) when V > 1, one T when V == 1. Units in flight are held raw
+ * (4 registers a vector) and widened to fp32 only when computed. */
+template <int V, class T> struct kiln_act_raw { kiln_v16 r; };
+template <class T> struct kiln_act_raw<1, T> { T r; };
+
+/* p[0..V) (16-byte aligned when V > 1); p NULL (no bias): zeros, the
+ * all-zero bits being +0 in every dtype. */
+template <int V, class T>
+__device__ __forceinline__ void kiln_act_fetch(const T *p, kiln_act_raw<V, T> &r) {
+  typedef decltype(r.r) word;
+  if (p) {
+    r.r = *reinterpret_cast<const word *>(p);
   } else {
-    v[0] = kiln_load_f32(p);
+    r.r = word{};
   }
 }
+
+/* Widens a raw unit to V floats. */
+__device__ __forceinline__ void kiln_act_unpack(const kiln_act_raw<4, float> &r, float *v) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    v[i] = __uint_as_float(r.r.w[i]);
+}
+template <class T>
+__device__ __forceinline__ void kiln_act_unpack(const kiln_act_raw<8, T> &r, float *v) {
+  const T *tag = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[2 * i] = kiln_lo_f32(r.r.w[i], tag);
+    v[2 * i + 1] = kiln_hi_f32(r.r.w[i], tag);
+  }
+}
+template <class T>
+__device__ __forceinline__ void kiln_act_unpack(const kiln_act_raw<1, T> &r, float *v) {
+  v[0] = kiln_load_f32(&r.r);
+}
+
+/* p[0..V) = v rounded to T (16-byte aligned when V > 1). */
 template <int V, class T> __device__ __forceinline__ void kiln_act_store(T *p, const float *v) {
   if (V > 1) {
     kiln_store_vec(p, v);
   } else {
     kiln_store_f32(p, v[0]);
-  }
-}
-/* The bias of V columns, or zeros when there is none. */
-template <int V, class T>
-__device__ __forceinline__ void kiln_act_load_bias(const T *bias, int col, float *v) {
-  if (bias) {
-    kiln_act_load<V>(bias + col, v);
-  } else {
-#pragma unroll
-    for (int i = 0; i < V; ++i)
-      v[i] = 0.f;
   }
 }
 

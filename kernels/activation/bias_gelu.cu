@@ -13,16 +13,21 @@ template <int V, class T> struct kiln_gelu_fwd_op {
   T *y;
   const T *x, *bias;
   int cols;
-  __device__ __forceinline__ void operator()(kiln_i64 row, int c) const {
-    const int col = c * V;
-    const kiln_i64 off = row * cols + col;
+  struct regs {
+    kiln_act_raw<V, T> x, b;
+  };
+  __device__ __forceinline__ void load(kiln_i64 row, int c, regs &r) const {
+    kiln_act_fetch(x + (row * cols + c * V), r.x);
+    kiln_act_fetch(bias ? bias + c * V : bias, r.b);
+  }
+  __device__ __forceinline__ void store(kiln_i64 row, int c, const regs &r) const {
     float v[V], b[V];
-    kiln_act_load<V>(x + off, v);
-    kiln_act_load_bias<V>(bias, col, b);
+    kiln_act_unpack(r.x, v);
+    kiln_act_unpack(r.b, b);
 #pragma unroll
     for (int i = 0; i < V; ++i)
       v[i] = kiln_gelu_fwd(v[i] + b[i]);
-    kiln_act_store<V>(y + off, v);
+    kiln_act_store<V>(y + (row * cols + c * V), v);
   }
 };
 
@@ -30,17 +35,24 @@ template <int V, class T> struct kiln_gelu_bwd_op {
   T *dx;
   const T *dy, *x, *bias;
   int cols;
-  __device__ __forceinline__ void operator()(kiln_i64 row, int c) const {
-    const int col = c * V;
-    const kiln_i64 off = row * cols + col;
+  struct regs {
+    kiln_act_raw<V, T> g, x, b;
+  };
+  __device__ __forceinline__ void load(kiln_i64 row, int c, regs &r) const {
+    const kiln_i64 off = row * cols + c * V;
+    kiln_act_fetch(dy + off, r.g);
+    kiln_act_fetch(x + off, r.x);
+    kiln_act_fetch(bias ? bias + c * V : bias, r.b);
+  }
+  __device__ __forceinline__ void store(kiln_i64 row, int c, const regs &r) const {
     float g[V], v[V], b[V];
-    kiln_act_load<V>(dy + off, g);
-    kiln_act_load<V>(x + off, v);
-    kiln_act_load_bias<V>(bias, col, b);
+    kiln_act_unpack(r.g, g);
+    kiln_act_unpack(r.x, v);
+    kiln_act_unpack(r.b, b);
 #pragma unroll
     for (int i = 0; i < V; ++i)
       g[i] *= kiln_gelu_grad(v[i] + b[i]);
-    kiln_act_store<V>(dx + off, g);
+    kiln_act_store<V>(dx + (row * cols + c * V), g);
   }
 };
 

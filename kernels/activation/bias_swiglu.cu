@@ -13,20 +13,29 @@ template <int V, class T> struct kiln_swiglu_fwd_op {
   T *y;
   const T *x, *bias;
   int cols;
-  __device__ __forceinline__ void operator()(kiln_i64 row, int c) const {
+  struct regs {
+    kiln_act_raw<V, T> a, b, ba, bb;
+  };
+  __device__ __forceinline__ void load(kiln_i64 row, int c, regs &r) const {
     const int col = c * V;
     const kiln_i64 xo = row * (2 * (kiln_i64)cols) + col;
+    kiln_act_fetch(x + xo, r.a);
+    kiln_act_fetch(x + xo + cols, r.b);
+    kiln_act_fetch(bias ? bias + col : bias, r.ba);
+    kiln_act_fetch(bias ? bias + cols + col : bias, r.bb); /* pointer math: no int overflow */
+  }
+  __device__ __forceinline__ void store(kiln_i64 row, int c, const regs &r) const {
     float a[V], b[V], ba[V], bb[V];
-    kiln_act_load<V>(x + xo, a);
-    kiln_act_load<V>(x + xo + cols, b);
-    kiln_act_load_bias<V>(bias, col, ba);
-    kiln_act_load_bias<V>(bias ? bias + cols : bias, col, bb); /* no int cols + col */
+    kiln_act_unpack(r.a, a);
+    kiln_act_unpack(r.b, b);
+    kiln_act_unpack(r.ba, ba);
+    kiln_act_unpack(r.bb, bb);
 #pragma unroll
     for (int i = 0; i < V; ++i) {
       const float u = a[i] + ba[i];
       a[i] = u * kiln_sigmoid(u) * (b[i] + bb[i]);
     }
-    kiln_act_store<V>(y + row * cols + col, a);
+    kiln_act_store<V>(y + (row * cols + c * V), a);
   }
 };
 
@@ -34,15 +43,25 @@ template <int V, class T> struct kiln_swiglu_bwd_op {
   T *dx;
   const T *dy, *x, *bias;
   int cols;
-  __device__ __forceinline__ void operator()(kiln_i64 row, int c) const {
+  struct regs {
+    kiln_act_raw<V, T> g, a, b, ba, bb;
+  };
+  __device__ __forceinline__ void load(kiln_i64 row, int c, regs &r) const {
     const int col = c * V;
     const kiln_i64 xo = row * (2 * (kiln_i64)cols) + col;
+    kiln_act_fetch(dy + (row * cols + col), r.g);
+    kiln_act_fetch(x + xo, r.a);
+    kiln_act_fetch(x + xo + cols, r.b);
+    kiln_act_fetch(bias ? bias + col : bias, r.ba);
+    kiln_act_fetch(bias ? bias + cols + col : bias, r.bb);
+  }
+  __device__ __forceinline__ void store(kiln_i64 row, int c, const regs &r) const {
     float g[V], a[V], b[V], ba[V], bb[V];
-    kiln_act_load<V>(dy + row * cols + col, g);
-    kiln_act_load<V>(x + xo, a);
-    kiln_act_load<V>(x + xo + cols, b);
-    kiln_act_load_bias<V>(bias, col, ba);
-    kiln_act_load_bias<V>(bias ? bias + cols : bias, col, bb); /* no int cols + col */
+    kiln_act_unpack(r.g, g);
+    kiln_act_unpack(r.a, a);
+    kiln_act_unpack(r.b, b);
+    kiln_act_unpack(r.ba, ba);
+    kiln_act_unpack(r.bb, bb);
 #pragma unroll
     for (int i = 0; i < V; ++i) {
       const float u = a[i] + ba[i], w = b[i] + bb[i];
@@ -50,6 +69,7 @@ template <int V, class T> struct kiln_swiglu_bwd_op {
       a[i] = gs * w * (1.f + u * (1.f - s)); /* da */
       b[i] = gs * u;                         /* db */
     }
+    const kiln_i64 xo = row * (2 * (kiln_i64)cols) + c * V;
     kiln_act_store<V>(dx + xo, a);
     kiln_act_store<V>(dx + xo + cols, b);
   }

@@ -8,7 +8,10 @@
  *      from misaligned pointers (the general path again); outputs are
  *      poisoned (0xFF: NaN) before each launch and checked for writes past
  *      their ends (guard bytes) and before their starts (the misaligned
- *      cases' leading element); inputs must come back unchanged.
+ *      cases' leading element); inputs must come back unchanged;
+ *   3. any grid is correct: every entry point launched directly with 1, 3
+ *      and 5 blocks (each thread then walks many units, wrapping rows), on
+ *      both paths.
  * Exits 77 (skipped) when there is no CUDA device, 1 on any failure.
  *
  * Environment: KILN_CACHE_DIR (else a temp cache, built on first use);
@@ -22,6 +25,7 @@
 
 #include "kiln/loader.h"              /* kiln_loader_open, kiln_device_count */
 #include "kiln/ops.h"                 /* the ops under test */
+#include "loader/driver.h"            /* kiln_cuda: LaunchKernel, for the grid checks */
 #include "tests/gpu/activation_ref.h" /* inputs and the float64 reference */
 #include "tests/gpu/device.h"         /* device buffers with poisoned guards */
 
@@ -34,6 +38,9 @@ static int g_pass, g_fail;
 static uint64_t g_seed = 0x6b696c6e2d616374ULL;
 
 static const kiln_dtype kDtypes[] = {KILN_F32, KILN_F16, KILN_BF16};
+/* 0: launch through the API; else the entry point directly with this many
+ * blocks of 256 threads (3. any grid). */
+static unsigned g_grid;
 
 /* ---- buffers with an optional leading element --------------------------------------- */
 
@@ -118,18 +125,45 @@ static int bufs_alloc(case_bufs *b, const act_case *c, char *msg, size_t cap) {
          tb_alloc(&b->dx, c->n_in * es, off, msg, cap) && tb_put(&b->bias, c->bias, msg, cap);
 }
 
+/* The entry point kiln_<unit>_<dir>_<dt>_g with g_grid blocks; args as the
+ * launcher passes them. */
+static kiln_status launch_direct(kiln_loader *l, const act_case *c, int bwd, void **args) {
+  const kiln_cuda_api *cu = NULL;
+  struct CUfunc_st *fn = NULL;
+  char entry[96];
+  kiln_status st;
+  CUresult r;
+  snprintf(entry, sizeof entry, "kiln_%s_%s_%s_g",
+           c->s.unit == ACT_GELU ? "bias_gelu" : "bias_swiglu", bwd ? "bwd" : "fwd",
+           kiln_dtype_str(c->dt));
+  if ((st = kiln_cuda(&cu)) != KILN_OK || (st = kiln_loader_function(l, entry, &fn)) != KILN_OK)
+    return st;
+  r = cu->LaunchKernel(fn, g_grid, 1, 1, 256, 1, 1, 0, NULL, args, NULL);
+  if (r != CUDA_SUCCESS) {
+    printf("note: cuLaunchKernel %s grid %u: error %d\n", entry, g_grid, (int)r);
+    return KILN_EDRIVER;
+  }
+  return KILN_OK;
+}
+
 static kiln_status launch_fwd(kiln_loader *l, const act_case *c, void *y, const void *x,
                               const void *bias) {
-  if (c->s.unit == ACT_GELU)
-    return kiln_bias_gelu_fwd(l, c->dt, y, x, bias, c->s.rows, c->s.cols, NULL);
-  return kiln_bias_swiglu_fwd(l, c->dt, y, x, bias, c->s.rows, c->s.cols, NULL);
+  long long rows = c->s.rows;
+  int cols = c->s.cols;
+  void *args[] = {&y, &x, &bias, &rows, &cols};
+  if (g_grid) return launch_direct(l, c, 0, args);
+  if (c->s.unit == ACT_GELU) return kiln_bias_gelu_fwd(l, c->dt, y, x, bias, rows, cols, NULL);
+  return kiln_bias_swiglu_fwd(l, c->dt, y, x, bias, rows, cols, NULL);
 }
 
 static kiln_status launch_bwd(kiln_loader *l, const act_case *c, void *dx, const void *dy,
                               const void *x, const void *bias) {
-  if (c->s.unit == ACT_GELU)
-    return kiln_bias_gelu_bwd(l, c->dt, dx, dy, x, bias, c->s.rows, c->s.cols, NULL);
-  return kiln_bias_swiglu_bwd(l, c->dt, dx, dy, x, bias, c->s.rows, c->s.cols, NULL);
+  long long rows = c->s.rows;
+  int cols = c->s.cols;
+  void *args[] = {&dx, &dy, &x, &bias, &rows, &cols};
+  if (g_grid) return launch_direct(l, c, 1, args);
+  if (c->s.unit == ACT_GELU) return kiln_bias_gelu_bwd(l, c->dt, dx, dy, x, bias, rows, cols, NULL);
+  return kiln_bias_swiglu_bwd(l, c->dt, dx, dy, x, bias, rows, cols, NULL);
 }
 
 static int status_ok(kiln_status st, char *msg, size_t cap) {
@@ -179,10 +213,12 @@ static int run_bwd(kiln_loader *l, const act_case *c, case_bufs *b, void *dx, ch
 /* One line per result; counts it. */
 static void report(const char *dir, const act_case *c, int ran, const char *msg, const void *got,
                    const double *ref, const double *tol, size_t n, int row_width) {
-  char shape[160];
-  size_t bad = 0, first = 0;
+  char shape[200];
+  size_t bad = 0, first = 0, len;
   double worst = 0;
   act_shape_str(&c->s, shape, sizeof shape);
+  len = strlen(shape);
+  if (g_grid) snprintf(shape + len, sizeof shape - len, " grid=%u", g_grid);
   if (ran) bad = act_check(c->dt, got, ref, tol, n, &first, &worst);
   if (ran && bad == 0) {
     g_pass++;
@@ -392,6 +428,32 @@ static void run_suite(kiln_loader *l) {
     }
 }
 
+/* ---- 3. any grid ----------------------------------------------------------------------- */
+
+/* Each thread of a small grid walks many units: rows 37 x cols 64 (vector
+ * path) and x 7 (general path), with and without bias, gelu in place. */
+static void run_grids(kiln_loader *l) {
+  static const unsigned grids[] = {1, 3, 5};
+  static const act_shape shapes[] = {
+      {ACT_GELU, 37, 64, 1, 0, 0},   {ACT_GELU, 37, 7, 0, 0, 0},   {ACT_GELU, 37, 64, 0, 1, 0},
+      {ACT_SWIGLU, 37, 64, 1, 0, 0}, {ACT_SWIGLU, 37, 7, 1, 0, 0}, {ACT_SWIGLU, 37, 64, 0, 0, 1},
+  };
+  for (size_t g = 0; g < sizeof grids / sizeof *grids; g++)
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+      for (size_t d = 0; d < 3; d++) {
+        act_case c;
+        if (act_case_make(&c, &shapes[i], kDtypes[d], g_seed++) != 0) {
+          g_fail++;
+          printf("FAIL out of host memory\n");
+          continue;
+        }
+        g_grid = grids[g];
+        run_case(l, &c);
+        g_grid = 0;
+        act_case_free(&c);
+      }
+}
+
 /* ---- main ------------------------------------------------------------------------------- */
 
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
@@ -442,6 +504,7 @@ int main(void) {
   }
   check_invalid_args(l);
   run_suite(l);
+  run_grids(l);
 out:
   dev_close();
   kiln_loader_close(l);
