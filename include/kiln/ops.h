@@ -137,7 +137,9 @@ KILN_API kiln_status kiln_embedding_bwd(kiln_loader *l, kiln_dtype dt, float *dw
  * x, y, dx, dy: [rows, cols] of dt, bias: [cols] of dt or NULL (no bias).
  * GeLU is the tanh approximation (Megatron's bias_gelu):
  *   y = 0.5 u (1 + tanh(0.79788456 (u + 0.044715 u^3))), u = x + bias.
- * The backward writes dx = dy * gelu'(u); dbias is the column sum of dx. */
+ * The backward writes dx = dy * gelu'(u) (dbias, the column sum of dx, is
+ * the caller's). y may be x, dx may be dy (in place); nothing else may
+ * overlap. Math in fp32 (docs/kernels/activation.md). */
 KILN_API kiln_status kiln_bias_gelu_fwd(kiln_loader *l, kiln_dtype dt, void *y, const void *x,
                                         const void *bias, long long rows, int cols,
                                         struct CUstream_st *stream);
@@ -145,8 +147,10 @@ KILN_API kiln_status kiln_bias_gelu_bwd(kiln_loader *l, kiln_dtype dt, void *dx,
                                         const void *x, const void *bias, long long rows, int cols,
                                         struct CUstream_st *stream);
 
-/* SwiGLU: x is [rows, 2*cols] = [a | b], bias [2*cols] or NULL; y, dy are
- * [rows, cols]: y = silu(a + bias_a) * (b + bias_b); dx is [rows, 2*cols]. */
+/* SwiGLU: x is [rows, 2*cols] = [a | b], bias [2*cols] = [bias_a | bias_b]
+ * or NULL; y, dy are [rows, cols]: y = silu(a + bias_a) * (b + bias_b), with
+ * silu(z) = z * sigmoid(z); dx is [rows, 2*cols] = [da | db]. No buffer may
+ * overlap a written one. */
 KILN_API kiln_status kiln_bias_swiglu_fwd(kiln_loader *l, kiln_dtype dt, void *y, const void *x,
                                           const void *bias, long long rows, int cols,
                                           struct CUstream_st *stream);
