@@ -275,6 +275,23 @@ __device__ __forceinline__ void kiln_norm_fwd_g(T *y, float *mean_out, float *rs
 /* ---- backward ------------------------------------------------------------------
  * LN passes mean; RMS passes mean == NULL (xh = x * rstd) and ws_b == NULL. */
 
+/* A 16-byte vector held as loaded, unpacked to fp32 when used: the r
+ * backward keeps x and dy packed so that 16-bit rows take half the
+ * registers. */
+__device__ __forceinline__ void kiln_norm_unpack(const kiln_v16 &r, float *v, const float *) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    v[i] = __uint_as_float(r.w[i]);
+}
+template <typename T>
+__device__ __forceinline__ void kiln_norm_unpack(const kiln_v16 &r, float *v, const T *t) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[2 * i] = kiln_lo_f32(r.w[i], t);
+    v[2 * i + 1] = kiln_hi_f32(r.w[i], t);
+  }
+}
+
 template <bool kLN, typename T, typename W>
 __device__ __forceinline__ void kiln_norm_bwd_r(T *dx, float *ws_g, float *ws_b, const T *dy,
                                                 const T *x, const float *mean, const float *rstd,
@@ -295,29 +312,29 @@ __device__ __forceinline__ void kiln_norm_bwd_r(T *dx, float *ws_g, float *ws_b,
       const kiln_i64 off = row * cols;
       const float r = rstd[row];
       const float mu = kLN ? mean[row] : 0.f;
-      float xh[E * V], d[E * V];
+      kiln_v16 xr[E], dr[E];
       float s1 = 0.f, s2 = 0.f;
 #pragma unroll
       for (int k = 0; k < E; ++k) {
         const int col = (k * KILN_NORM_THREADS + (int)threadIdx.x) * V;
         if (col < cols) {
-          float g[V];
-          kiln_load_vec(x + off + col, xh + k * V);
-          kiln_load_vec(dy + off + col, d + k * V);
+          xr[k] = *reinterpret_cast<const kiln_v16 *>(x + off + col);
+          dr[k] = *reinterpret_cast<const kiln_v16 *>(dy + off + col);
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < E; ++k) {
+        const int col = (k * KILN_NORM_THREADS + (int)threadIdx.x) * V;
+        if (col < cols) {
+          float g[V], xv[V], dv[V];
           kiln_norm_load_w<V>(gamma + col, g);
+          kiln_norm_unpack(xr[k], xv, x);
+          kiln_norm_unpack(dr[k], dv, x);
 #pragma unroll
           for (int i = 0; i < V; ++i) {
-            const int j = k * V + i;
-            xh[j] = (xh[j] - mu) * r;
-            const float gj = d[j] * g[i];
+            const float gj = dv[i] * g[i];
             s1 += gj;
-            s2 += gj * xh[j];
-          }
-        } else {
-#pragma unroll
-          for (int i = 0; i < V; ++i) {
-            xh[k * V + i] = 0.f;
-            d[k * V + i] = 0.f;
+            s2 += gj * ((xv[i] - mu) * r);
           }
         }
       }
@@ -327,14 +344,17 @@ __device__ __forceinline__ void kiln_norm_bwd_r(T *dx, float *ws_g, float *ws_b,
       for (int k = 0; k < E; ++k) {
         const int col = (k * KILN_NORM_THREADS + (int)threadIdx.x) * V;
         if (col < cols) {
-          float g[V], o[V];
+          float g[V], xv[V], dv[V], o[V];
           kiln_norm_load_w<V>(gamma + col, g);
+          kiln_norm_unpack(xr[k], xv, x);
+          kiln_norm_unpack(dr[k], dv, x);
 #pragma unroll
           for (int i = 0; i < V; ++i) {
             const int j = k * V + i;
-            o[i] = r * (d[j] * g[i] - c1 - xh[j] * c2);
-            ag[j] += d[j] * xh[j];
-            ab[j] += d[j];
+            const float xh = (xv[i] - mu) * r;
+            o[i] = r * (dv[i] * g[i] - c1 - xh * c2);
+            ag[j] += dv[i] * xh;
+            ab[j] += dv[i];
           }
           kiln_store_vec(dx + off + col, o);
         }
@@ -360,13 +380,18 @@ __device__ __forceinline__ void kiln_norm_bwd_g(T *dx, float *ws_g, float *ws_b,
                                                 const T *x, const float *mean, const float *rstd,
                                                 const W *gamma, kiln_i64 rows, int cols,
                                                 int parts) {
-  const int U = KILN_NORM_G_UNROLL;
+  const int U = KILN_NORM_G_UNROLL / 2; /* three loads per element */
   __shared__ float red[2][64];
   const float inv_cols = 1.f / (float)cols;
   int parity = 0;
   for (int p = blockIdx.x; p < parts; p += gridDim.x) {
     float *pg = ws_g + (kiln_i64)p * cols;
     float *pb = kLN ? ws_b + (kiln_i64)p * cols : pg;
+    /* columns col = t (mod KILN_NORM_THREADS) are this thread's, below too */
+    for (int col = threadIdx.x; col < cols; col += KILN_NORM_THREADS) {
+      pg[col] = 0.f;
+      if (kLN) pb[col] = 0.f;
+    }
     for (kiln_i64 row = p; row < rows; row += parts, parity ^= 1) {
       const kiln_i64 off = row * cols;
       const float r = rstd[row];
@@ -393,7 +418,6 @@ __device__ __forceinline__ void kiln_norm_bwd_g(T *dx, float *ws_g, float *ws_b,
       }
       kiln_norm_block_sum2(&s1, &s2, red[parity]);
       const float c1 = kLN ? s1 * inv_cols : 0.f, c2 = s2 * inv_cols;
-      const bool first = row == p;
       for (int base = threadIdx.x; base < cols; base += U * KILN_NORM_THREADS) {
         float xv[U], dv[U];
 #pragma unroll
@@ -413,8 +437,8 @@ __device__ __forceinline__ void kiln_norm_bwd_g(T *dx, float *ws_g, float *ws_b,
             const float g = dv[u] * kiln_load_f32(gamma + col);
             kiln_store_f32(dx + off + col, r * (g - c1 - xh * c2));
             /* this thread owns column col of the part: a plain update */
-            pg[col] = (first ? 0.f : pg[col]) + dv[u] * xh;
-            if (kLN) pb[col] = (first ? 0.f : pb[col]) + dv[u];
+            pg[col] += dv[u] * xh;
+            if (kLN) pb[col] += dv[u];
           }
         }
       }
