@@ -107,11 +107,10 @@ static kiln_status norm_fwd(kiln_loader *l, const char *op, const char *unit, ki
   return kiln_op_launch(l, op, entry, row_grid(rows), NORM_THREADS, args, stream);
 }
 
-static kiln_status norm_bwd(kiln_loader *l, const char *op, const char *unit, int ln,
-                            kiln_dtype dt, kiln_dtype wdt, void *dx, void *dgamma, void *dbeta,
-                            const void *dy, const void *x, const float *mean, const float *rstd,
-                            const void *gamma, long long rows, int cols, void *workspace,
-                            struct CUstream_st *stream) {
+static kiln_status norm_bwd(kiln_loader *l, const char *op, const char *unit, int ln, kiln_dtype dt,
+                            kiln_dtype wdt, void *dx, void *dgamma, void *dbeta, const void *dy,
+                            const void *x, const float *mean, const float *rstd, const void *gamma,
+                            long long rows, int cols, void *workspace, struct CUstream_st *stream) {
   char entry[128];
   kiln_status rc;
   int parts = (int)norm_parts(rows);
@@ -133,10 +132,9 @@ out:
   return rc;
 }
 
-kiln_status kiln_layer_norm_fwd(kiln_loader *l, kiln_dtype dt, kiln_dtype wdt, void *y,
-                                float *mean, float *rstd, const void *x, const void *gamma,
-                                const void *beta, long long rows, int cols, float eps,
-                                struct CUstream_st *stream) {
+kiln_status kiln_layer_norm_fwd(kiln_loader *l, kiln_dtype dt, kiln_dtype wdt, void *y, float *mean,
+                                float *rstd, const void *x, const void *gamma, const void *beta,
+                                long long rows, int cols, float eps, struct CUstream_st *stream) {
   static const char op[] = "kiln_layer_norm_fwd";
   kiln_status rc;
   KILN_CHECK(check_shape(op, l, dt, wdt, rows, cols));
@@ -176,8 +174,8 @@ out:
 }
 
 kiln_status kiln_rms_norm_fwd(kiln_loader *l, kiln_dtype dt, kiln_dtype wdt, void *y, float *rstd,
-                              const void *x, const void *gamma, long long rows, int cols,
-                              float eps, struct CUstream_st *stream) {
+                              const void *x, const void *gamma, long long rows, int cols, float eps,
+                              struct CUstream_st *stream) {
   static const char op[] = "kiln_rms_norm_fwd";
   kiln_status rc;
   KILN_CHECK(check_shape(op, l, dt, wdt, rows, cols));
@@ -190,10 +188,10 @@ out:
   return rc;
 }
 
-kiln_status kiln_rms_norm_bwd(kiln_loader *l, kiln_dtype dt, kiln_dtype wdt, void *dx,
-                              void *dgamma, const void *dy, const void *x, const float *rstd,
-                              const void *gamma, long long rows, int cols, void *workspace,
-                              size_t workspace_bytes, struct CUstream_st *stream) {
+kiln_status kiln_rms_norm_bwd(kiln_loader *l, kiln_dtype dt, kiln_dtype wdt, void *dx, void *dgamma,
+                              const void *dy, const void *x, const float *rstd, const void *gamma,
+                              long long rows, int cols, void *workspace, size_t workspace_bytes,
+                              struct CUstream_st *stream) {
   static const char op[] = "kiln_rms_norm_bwd";
   kiln_status rc;
   KILN_CHECK(check_shape(op, l, dt, wdt, rows, cols));

@@ -50,7 +50,8 @@
 
 /* n = KILN_VEC(T) weights from p (16-byte aligned) as fp32. W is float or T,
  * so n is a multiple of KILN_VEC(W). */
-template <int N, typename W> __device__ __forceinline__ void kiln_norm_load_w(const W *p, float *v) {
+template <int N, typename W>
+__device__ __forceinline__ void kiln_norm_load_w(const W *p, float *v) {
 #pragma unroll
   for (int i = 0; i < N; i += KILN_VEC(W))
     kiln_load_vec(p + i, v + i);
@@ -263,8 +264,8 @@ __device__ __forceinline__ void kiln_norm_fwd_g(T *y, float *mean_out, float *rs
         const int col = base + u * KILN_NORM_THREADS;
         if (col < cols) {
           const float g = kiln_load_f32(gamma + col);
-          const float o = kLN ? (v[u] - mean) * rstd * g + kiln_load_f32(beta + col)
-                              : v[u] * rstd * g;
+          const float o =
+              kLN ? (v[u] - mean) * rstd * g + kiln_load_f32(beta + col) : v[u] * rstd * g;
           kiln_store_f32(y + off + col, o);
         }
       }
@@ -293,10 +294,9 @@ __device__ __forceinline__ void kiln_norm_unpack(const kiln_v16 &r, float *v, co
 }
 
 template <bool kLN, typename T, typename W>
-__device__ __forceinline__ void kiln_norm_bwd_r(T *dx, float *ws_g, float *ws_b, const T *dy,
-                                                const T *x, const float *mean, const float *rstd,
-                                                const W *gamma, kiln_i64 rows, int cols,
-                                                int parts) {
+__device__ __forceinline__ void
+kiln_norm_bwd_r(T *dx, float *ws_g, float *ws_b, const T *dy, const T *x, const float *mean,
+                const float *rstd, const W *gamma, kiln_i64 rows, int cols, int parts) {
   const int V = KILN_VEC(T), E = KILN_NORM_R_VECS;
   __shared__ float red[2][64];
   const float inv_cols = 1.f / (float)cols;
@@ -376,10 +376,9 @@ __device__ __forceinline__ void kiln_norm_bwd_r(T *dx, float *ws_g, float *ws_b,
 }
 
 template <bool kLN, typename T, typename W>
-__device__ __forceinline__ void kiln_norm_bwd_g(T *dx, float *ws_g, float *ws_b, const T *dy,
-                                                const T *x, const float *mean, const float *rstd,
-                                                const W *gamma, kiln_i64 rows, int cols,
-                                                int parts) {
+__device__ __forceinline__ void
+kiln_norm_bwd_g(T *dx, float *ws_g, float *ws_b, const T *dy, const T *x, const float *mean,
+                const float *rstd, const W *gamma, kiln_i64 rows, int cols, int parts) {
   const int U = KILN_NORM_G_UNROLL / 2; /* three loads per element */
   __shared__ float red[2][64];
   const float inv_cols = 1.f / (float)cols;
@@ -509,16 +508,16 @@ __device__ __forceinline__ void kiln_norm_bwdw(W *dgamma, W *dbeta, const float 
 #define KILN_NORM_ENTRY(unit, dir, dt, v) KILN_NORM_ENTRY_##dir(unit, dt, v)
 
 #define KILN_NORM_ENTRY_fwd(unit, dt, v)                                                           \
-  extern "C" __global__ void __launch_bounds__(KILN_NORM_THREADS) kiln_##unit##_fwd_##dt##_##v(   \
+  extern "C" __global__ void __launch_bounds__(KILN_NORM_THREADS) kiln_##unit##_fwd_##dt##_##v(    \
       KILN_NORM_CT_##dt *y, float *mean, float *rstd, const KILN_NORM_CT_##dt *x,                  \
       const KILN_NORM_W_##v *gamma, const KILN_NORM_W_##v *beta, long long rows, int cols,         \
       float eps) {                                                                                 \
     KILN_NORM_CALL(kiln_norm_fwd_, KILN_NORM_PATH_##v)<KILN_NORM_THIS_LN>(y, mean, rstd, x, gamma, \
-                                                                        beta, rows, cols, eps);    \
+                                                                          beta, rows, cols, eps);  \
   }
 
 #define KILN_NORM_ENTRY_bwd(unit, dt, v)                                                           \
-  extern "C" __global__ void __launch_bounds__(KILN_NORM_THREADS) kiln_##unit##_bwd_##dt##_##v(   \
+  extern "C" __global__ void __launch_bounds__(KILN_NORM_THREADS) kiln_##unit##_bwd_##dt##_##v(    \
       KILN_NORM_CT_##dt *dx, float *ws_g, float *ws_b, const KILN_NORM_CT_##dt *dy,                \
       const KILN_NORM_CT_##dt *x, const float *mean, const float *rstd,                            \
       const KILN_NORM_W_##v *gamma, long long rows, int cols, int parts) {                         \
@@ -527,9 +526,9 @@ __device__ __forceinline__ void kiln_norm_bwdw(W *dgamma, W *dbeta, const float 
   }
 
 #define KILN_NORM_ENTRY_bwdw(unit, dt, v)                                                          \
-  extern "C" __global__ void __launch_bounds__(KILN_NORM_THREADS) kiln_##unit##_bwdw_##dt##_##v(  \
-      KILN_NORM_CT_##dt *dgamma, KILN_NORM_CT_##dt *dbeta, const float *ws_g, const float *ws_b,   \
-      int parts, int cols) {                                                                       \
+  extern "C" __global__ void __launch_bounds__(KILN_NORM_THREADS)                                  \
+      kiln_##unit##_bwdw_##dt##_##v(KILN_NORM_CT_##dt *dgamma, KILN_NORM_CT_##dt *dbeta,           \
+                                    const float *ws_g, const float *ws_b, int parts, int cols) {   \
     kiln_norm_bwdw<KILN_NORM_THIS_LN>(dgamma, dbeta, ws_g, ws_b, parts, cols);                     \
   }
 

@@ -23,8 +23,8 @@
 namespace kiln_fake {
 namespace {
 
-constexpr unsigned kThreads = 256;    /* KILN_NORM_THREADS */
-constexpr long long kRegVecs = 4;     /* KILN_NORM_R_VECS */
+constexpr unsigned kThreads = 256; /* KILN_NORM_THREADS */
+constexpr long long kRegVecs = 4;  /* KILN_NORM_R_VECS */
 
 enum { kFwd, kBwd, kBwdw };
 
@@ -50,7 +50,9 @@ bool fail(std::string *why, const char *fmt, long long a = 0, long long b = 0, l
   return false;
 }
 
-bool aligned16(uintptr_t p) { return (p & 15u) == 0; }
+bool aligned16(uintptr_t p) {
+  return (p & 15u) == 0;
+}
 
 bool plan(const entry &e, void *const *p, launch_plan *out, std::string *why) {
   const norm_info &s = *(const norm_info *)e.info;
@@ -61,7 +63,8 @@ bool plan(const entry &e, void *const *p, launch_plan *out, std::string *why) {
   };
   if (s.dir == kBwdw) {
     const int parts = param<int>(p, 4), cols = param<int>(p, 5);
-    if (parts < 1 || cols < 1) return fail(why, "parts %lld, cols %lld: each must be >= 1", parts, cols);
+    if (parts < 1 || cols < 1)
+      return fail(why, "parts %lld, cols %lld: each must be >= 1", parts, cols);
     add("dgamma", 0, (unsigned long long)cols * s.w_bytes, s.w_bytes, true, false);
     if (s.ln) add("dbeta", 1, (unsigned long long)cols * s.w_bytes, s.w_bytes, true, false);
     const unsigned long long ws = (unsigned long long)parts * cols * 4;
@@ -99,7 +102,8 @@ bool plan(const entry &e, void *const *p, launch_plan *out, std::string *why) {
           return fail(why, "r path: argument %lld is not 16-byte aligned", i);
   } else {
     const int parts = param<int>(p, 10);
-    if (parts < 1 || parts > rows) return fail(why, "parts %lld outside [1, rows %lld]", parts, rows);
+    if (parts < 1 || parts > rows)
+      return fail(why, "parts %lld outside [1, rows %lld]", parts, rows);
     const unsigned long long ws = (unsigned long long)parts * cols * 4;
     add("dx", 0, bytes, s.t_bytes, true, true);
     add("ws_g", 1, ws, 4, true, false);

@@ -68,7 +68,8 @@ void nref_fwd(int ln, kiln_dtype dt, kiln_dtype wdt, const void *x, const void *
 
 void nref_bwd(int ln, kiln_dtype dt, kiln_dtype wdt, const void *dy, const void *x,
               const float *mean, const float *rstd, const void *gamma, long long rows, int cols,
-              double *dx, double *dx_abs, double *dgamma, double *dbeta, double *dgamma_abs, double *dbeta_abs) {
+              double *dx, double *dx_abs, double *dgamma, double *dbeta, double *dgamma_abs,
+              double *dbeta_abs) {
   for (int j = 0; j < cols; ++j)
     dgamma[j] = dbeta[j] = dgamma_abs[j] = dbeta_abs[j] = 0;
   for (long long r = 0; r < rows; ++r) {

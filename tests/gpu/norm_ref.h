@@ -36,6 +36,7 @@ void nref_fwd(int ln, kiln_dtype dt, kiln_dtype wdt, const void *x, const void *
  * the sums of the magnitudes of their terms (for the tolerance of a sum). */
 void nref_bwd(int ln, kiln_dtype dt, kiln_dtype wdt, const void *dy, const void *x,
               const float *mean, const float *rstd, const void *gamma, long long rows, int cols,
-              double *dx, double *dx_abs, double *dgamma, double *dbeta, double *dgamma_abs, double *dbeta_abs);
+              double *dx, double *dx_abs, double *dgamma, double *dbeta, double *dgamma_abs,
+              double *dbeta_abs);
 
 #endif
