@@ -12,6 +12,7 @@
 #define NORM_R_VECS 4        /* KILN_NORM_R_VECS */
 #define NORM_MAX_PARTS 512LL /* backward row parts: a function of rows only */
 #define NORM_MAX_GRID 65536ULL
+#define NORM_MAX_COLS (2147483647 - 8 * 256) /* KILN_NORM_MAX_COLS */
 
 /* The backward's row parts for rows x cols: min(rows, 512); the same on
  * every GPU, so the reduction order (and its bits) is too. */
@@ -59,6 +60,11 @@ static kiln_status check_shape(const char *op, kiln_loader *l, kiln_dtype dt, ki
   KILN_CHECK(kiln_op_check_wdtype(op, dt, wdt));
   KILN_CHECK(kiln_op_need_positive(op, rows, "rows"));
   KILN_CHECK(kiln_op_need_positive(op, cols, "cols"));
+  if (cols > NORM_MAX_COLS) {
+    rc = kiln_fail(KILN_EINVAL, "%s: cols = %d is more than the %d a row may have", op, cols,
+                   NORM_MAX_COLS);
+    goto out;
+  }
   rc = kiln_op_product(op, rows, cols, kiln_dtype_size(dt), &n);
 out:
   return rc;

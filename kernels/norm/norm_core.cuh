@@ -45,6 +45,13 @@
 #define KILN_NORM_R_VECS 4
 #define KILN_NORM_R_CAP(T) (KILN_NORM_THREADS * KILN_NORM_R_VECS * KILN_VEC(T))
 #define KILN_NORM_G_UNROLL 8
+/* The g forward's int column arithmetic (col + KILN_NORM_G_UNROLL *
+ * KILN_NORM_THREADS) stays in range for cols up to this; the launcher
+ * rejects more. (Unsigned arithmetic there costs a spill on sm_80.) */
+#define KILN_NORM_MAX_COLS (2147483647 - KILN_NORM_G_UNROLL * KILN_NORM_THREADS)
+
+/* Divisions are __fdividef (2 ulp, no slow-path subroutine: an IEEE `/`
+ * calls one, which costs a stack frame on some targets). */
 
 /* ---- helpers --------------------------------------------------------------- */
 
@@ -83,7 +90,7 @@ __device__ __forceinline__ kiln_norm_stat kiln_norm_merge(kiln_norm_stat a, kiln
   kiln_norm_stat r;
   r.n = a.n + b.n;
   if (r.n == 0.f) return a;
-  const float inv = 1.f / r.n;
+  const float inv = __fdividef(1.f, r.n);
   const float d = b.m - a.m;
   r.m = (a.n * a.m + b.n * b.m) * inv;
   r.m2 = (a.m2 + b.m2) + d * d * (a.n * b.n * inv);
@@ -129,7 +136,7 @@ __device__ __forceinline__ void kiln_norm_fwd_r(T *y, float *mean_out, float *rs
                                                 int cols, float eps) {
   const int V = KILN_VEC(T), E = KILN_NORM_R_VECS;
   __shared__ float red[128];
-  const float inv_cols = 1.f / (float)cols;
+  const float inv_cols = __fdividef(1.f, (float)cols);
   for (kiln_i64 row = blockIdx.x; row < rows; row += gridDim.x) {
     const kiln_i64 off = row * cols;
     float v[E * V];
@@ -205,7 +212,8 @@ __device__ __forceinline__ void kiln_norm_fwd_g(T *y, float *mean_out, float *rs
   __shared__ float red[2][96];
   int parity = 0;
   for (kiln_i64 row = blockIdx.x; row < rows; row += gridDim.x, parity ^= 1) {
-    const kiln_i64 off = row * cols;
+    const T *xr = x + row * cols;
+    T *yr = y + row * cols;
     kiln_norm_stat st = {0.f, 0.f, 0.f};
     float ss = 0.f; /* RMS: sum of squares */
     for (int base = threadIdx.x; base < cols; base += U * KILN_NORM_THREADS) {
@@ -214,7 +222,7 @@ __device__ __forceinline__ void kiln_norm_fwd_g(T *y, float *mean_out, float *rs
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int col = base + u * KILN_NORM_THREADS;
-        v[u] = col < cols ? kiln_load_f32(x + off + col) : 0.f;
+        v[u] = col < cols ? kiln_load_f32(xr + col) : 0.f;
         c += col < cols;
       }
       if (kLN) {
@@ -224,7 +232,7 @@ __device__ __forceinline__ void kiln_norm_fwd_g(T *y, float *mean_out, float *rs
           s += v[u];
         kiln_norm_stat ch;
         ch.n = (float)c;
-        ch.m = s / ch.n;
+        ch.m = __fdividef(s, ch.n);
         ch.m2 = 0.f;
 #pragma unroll
         for (int u = 0; u < U; ++u) {
@@ -242,11 +250,11 @@ __device__ __forceinline__ void kiln_norm_fwd_g(T *y, float *mean_out, float *rs
     if (kLN) {
       st = kiln_norm_block_stat(st, red[parity]);
       mean = st.m;
-      rstd = rsqrtf(st.m2 / (float)cols + eps);
+      rstd = rsqrtf(__fdividef(st.m2, (float)cols) + eps);
     } else {
       float unused = 0.f;
       kiln_norm_block_sum2(&ss, &unused, red[parity]);
-      rstd = rsqrtf(ss / (float)cols + eps);
+      rstd = rsqrtf(__fdividef(ss, (float)cols) + eps);
     }
     if (threadIdx.x == 0) {
       if (kLN && mean_out) mean_out[row] = mean;
@@ -257,7 +265,7 @@ __device__ __forceinline__ void kiln_norm_fwd_g(T *y, float *mean_out, float *rs
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int col = base + u * KILN_NORM_THREADS;
-        v[u] = col < cols ? kiln_load_f32(x + off + col) : 0.f;
+        v[u] = col < cols ? kiln_load_f32(xr + col) : 0.f;
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
@@ -266,7 +274,7 @@ __device__ __forceinline__ void kiln_norm_fwd_g(T *y, float *mean_out, float *rs
           const float g = kiln_load_f32(gamma + col);
           const float o =
               kLN ? (v[u] - mean) * rstd * g + kiln_load_f32(beta + col) : v[u] * rstd * g;
-          kiln_store_f32(y + off + col, o);
+          kiln_store_f32(yr + col, o);
         }
       }
     }
@@ -299,7 +307,7 @@ kiln_norm_bwd_r(T *dx, float *ws_g, float *ws_b, const T *dy, const T *x, const 
                 const float *rstd, const W *gamma, kiln_i64 rows, int cols, int parts) {
   const int V = KILN_VEC(T), E = KILN_NORM_R_VECS;
   __shared__ float red[2][64];
-  const float inv_cols = 1.f / (float)cols;
+  const float inv_cols = __fdividef(1.f, (float)cols);
   int parity = 0;
   for (int p = blockIdx.x; p < parts; p += gridDim.x) {
     float ag[E * V], ab[E * V];
@@ -379,15 +387,17 @@ template <bool kLN, typename T, typename W>
 __device__ __forceinline__ void
 kiln_norm_bwd_g(T *dx, float *ws_g, float *ws_b, const T *dy, const T *x, const float *mean,
                 const float *rstd, const W *gamma, kiln_i64 rows, int cols, int parts) {
+  /* unsigned: col + KILN_NORM_G_UNROLL * KILN_NORM_THREADS cannot overflow */
+  const unsigned ucols = (unsigned)cols;
   const int U = KILN_NORM_G_UNROLL / 2; /* three loads per element */
   __shared__ float red[2][64];
-  const float inv_cols = 1.f / (float)cols;
+  const float inv_cols = __fdividef(1.f, (float)cols);
   int parity = 0;
   for (int p = blockIdx.x; p < parts; p += gridDim.x) {
     float *pg = ws_g + (kiln_i64)p * cols;
     float *pb = kLN ? ws_b + (kiln_i64)p * cols : pg;
     /* columns col = t (mod KILN_NORM_THREADS) are this thread's, below too */
-    for (int col = threadIdx.x; col < cols; col += KILN_NORM_THREADS) {
+    for (unsigned col = threadIdx.x; col < ucols; col += KILN_NORM_THREADS) {
       pg[col] = 0.f;
       if (kLN) pb[col] = 0.f;
     }
@@ -396,13 +406,13 @@ kiln_norm_bwd_g(T *dx, float *ws_g, float *ws_b, const T *dy, const T *x, const 
       const float r = rstd[row];
       const float mu = kLN ? mean[row] : 0.f;
       float s1 = 0.f, s2 = 0.f;
-      for (int base = threadIdx.x; base < cols; base += U * KILN_NORM_THREADS) {
+      for (unsigned base = threadIdx.x; base < ucols; base += U * KILN_NORM_THREADS) {
         float xv[U], dv[U], gv[U];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-          const int col = base + u * KILN_NORM_THREADS;
+          const unsigned col = base + u * KILN_NORM_THREADS;
           xv[u] = dv[u] = gv[u] = 0.f;
-          if (col < cols) {
+          if (col < ucols) {
             xv[u] = kiln_load_f32(x + off + col);
             dv[u] = kiln_load_f32(dy + off + col);
             gv[u] = kiln_load_f32(gamma + col);
@@ -417,21 +427,21 @@ kiln_norm_bwd_g(T *dx, float *ws_g, float *ws_b, const T *dy, const T *x, const 
       }
       kiln_norm_block_sum2(&s1, &s2, red[parity]);
       const float c1 = kLN ? s1 * inv_cols : 0.f, c2 = s2 * inv_cols;
-      for (int base = threadIdx.x; base < cols; base += U * KILN_NORM_THREADS) {
+      for (unsigned base = threadIdx.x; base < ucols; base += U * KILN_NORM_THREADS) {
         float xv[U], dv[U];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-          const int col = base + u * KILN_NORM_THREADS;
+          const unsigned col = base + u * KILN_NORM_THREADS;
           xv[u] = dv[u] = 0.f;
-          if (col < cols) {
+          if (col < ucols) {
             xv[u] = kiln_load_f32(x + off + col);
             dv[u] = kiln_load_f32(dy + off + col);
           }
         }
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-          const int col = base + u * KILN_NORM_THREADS;
-          if (col < cols) {
+          const unsigned col = base + u * KILN_NORM_THREADS;
+          if (col < ucols) {
             const float xh = (xv[u] - mu) * r;
             const float g = dv[u] * kiln_load_f32(gamma + col);
             kiln_store_f32(dx + off + col, r * (g - c1 - xh * c2));
@@ -454,7 +464,7 @@ __device__ __forceinline__ void kiln_norm_bwdw(W *dgamma, W *dbeta, const float 
   const int kWarps = KILN_NORM_THREADS / 32;
   __shared__ float sg[kWarps][32], sb[kWarps][32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int tiles = (cols + 31) / 32;
+  const int tiles = (int)(((unsigned)cols + 31u) / 32u);
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const int col = tile * 32 + lane;
     float a = 0.f, b = 0.f;

@@ -389,6 +389,8 @@ static void check_invalid_args(kiln_loader *l) {
                 kiln_layer_norm_fwd(l, F, F, Y, S, S, X, G, G, R, -3, 1e-5f, NULL));
   expect_einval("ln fwd rows x cols overflow",
                 kiln_layer_norm_fwd(l, F, F, Y, S, S, X, G, G, LLONG_MAX / 2, 8, 1e-5f, NULL));
+  expect_einval("ln fwd cols INT_MAX",
+                kiln_layer_norm_fwd(l, F, F, Y, S, S, X, G, G, 1, INT_MAX, 1e-5f, NULL));
   expect_einval("ln fwd y NULL",
                 kiln_layer_norm_fwd(l, F, F, NULL, S, S, X, G, G, R, C, 1e-5f, NULL));
   expect_einval("ln fwd x NULL",
