@@ -73,8 +73,9 @@ KILN_API kiln_status kiln_ops_check(kiln_loader *l, struct CUstream_st *stream);
  * x, y, dx, dy: [rows, cols] of dt. gamma, beta, dgamma, dbeta: [cols] of wdt,
  * which is KILN_F32 or dt (mixed precision: 16-bit activations, fp32
  * weights). mean, rstd: [rows] fp32, written by the forward (either may be
- * NULL when not needed, e.g. inference) and read by the backward. Any cols
- * >= 1; y may be x, dx may be dy.
+ * NULL when not needed, e.g. inference) and read by the backward (which
+ * needs them). Any cols >= 1; y may be x, dx may be dy. eps: finite, >= 0.
+ * docs/kernels/norm.md has the formulas and the launch details.
  *
  * The backward reduces dgamma and dbeta deterministically (same bits every
  * run): per-block partials in `workspace`, then a fixed-order second pass; no
