@@ -27,6 +27,16 @@
 #define KILN_EMB_RADIX 256                                     /* 8-bit digits */
 #define KILN_EMB_UNROLL 4 /* 16-byte accesses in flight per thread */
 
+/* A zero element of T (+0 in every dtype). */
+template <typename T> __device__ __forceinline__ T kiln_emb_zero() {
+  T v;
+  v.bits = 0;
+  return v;
+}
+template <> __device__ __forceinline__ float kiln_emb_zero<float>() {
+  return 0.f;
+}
+
 /* ---- forward --------------------------------------------------------------------
  * One warp per token (grid-stride over tokens); a copy, so bytes move
  * unconverted: 16-byte vectors when y, weight and the row length allow,
@@ -62,49 +72,8 @@ __device__ __forceinline__ void kiln_embedding_fwd_body(T *y, const kiln_i64 *id
           if (c + 32 * k < nv) d[c + 32 * k] = r[k];
       }
     } else {
-      for (int c = lane; c < hidden; c += 32) {
-        T v;
-        v.bits = 0;
-        if (in) v = src[c];
-        dst[c] = v;
-      }
-    }
-  }
-}
-template <>
-__device__ __forceinline__ void
-kiln_embedding_fwd_body<float>(float *y, const kiln_i64 *ids, const float *weight,
-                               kiln_i64 n_tokens, int hidden, kiln_i64 vocab_start,
-                               kiln_i64 vocab_end, kiln_i64 vocab_size, kiln_op_error *err) {
-  /* fp32 rows copied as their bits: the 16-bit body on words */
-  const int lane = threadIdx.x & 31;
-  const kiln_i64 nwarps = (kiln_i64)gridDim.x * KILN_EMB_WARPS;
-  const bool vec = kiln_aligned16(y) && kiln_aligned16(weight) && hidden % 4 == 0;
-  for (kiln_i64 t = (kiln_i64)blockIdx.x * KILN_EMB_WARPS + (threadIdx.x >> 5); t < n_tokens;
-       t += nwarps) {
-    const kiln_i64 id = ids[t];
-    if ((id < 0 || id >= vocab_size) && lane == 0) kiln_op_error_note(err, t);
-    const bool in = id >= vocab_start && id < vocab_end;
-    float *dst = y + t * (kiln_i64)hidden;
-    const float *src = weight + (in ? id - vocab_start : 0) * (kiln_i64)hidden;
-    if (vec) {
-      const int nv = hidden / 4;
-      kiln_v16 *d = reinterpret_cast<kiln_v16 *>(dst);
-      const kiln_v16 *s = reinterpret_cast<const kiln_v16 *>(src);
-      for (int c = lane; c < nv; c += 32 * KILN_EMB_UNROLL) {
-        kiln_v16 r[KILN_EMB_UNROLL];
-#pragma unroll
-        for (int k = 0; k < KILN_EMB_UNROLL; ++k) {
-          r[k].w[0] = r[k].w[1] = r[k].w[2] = r[k].w[3] = 0u;
-          if (in && c + 32 * k < nv) r[k] = s[c + 32 * k];
-        }
-#pragma unroll
-        for (int k = 0; k < KILN_EMB_UNROLL; ++k)
-          if (c + 32 * k < nv) d[c + 32 * k] = r[k];
-      }
-    } else {
       for (int c = lane; c < hidden; c += 32)
-        dst[c] = in ? src[c] : 0.f;
+        dst[c] = in ? src[c] : kiln_emb_zero<T>();
     }
   }
 }
