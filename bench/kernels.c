@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/bench_util.h" /* set-up, header, timing, rng */
 #include "common/half.h"
 #include "kiln/kernels.h"
 #include "kiln/loader.h"
@@ -45,7 +46,6 @@
 #include "loader/driver.h" /* kiln_cuda(): memory, events */
 
 #define TILE_ELEMS (8u << 20) /* host tile of random inputs, uploaded repeatedly */
-#define MAX_REPS 1000
 #define MAX_LIST 8
 #define MAX_BUFS 16
 #define ROPE_B 4
@@ -90,13 +90,11 @@ typedef enum {
 } op_id;
 
 typedef struct bench {
-  const kiln_cuda_api *cu;
-  kiln_loader *l;
+  bench_env env; /* cu, l, info, events */
   int reps, warmup, csv, failed;
   long long tokens, vocab[MAX_LIST];
   int hidden[MAX_LIST], n_hidden, n_vocab, tp;
   int family_on[N_FAMILIES];
-  CUevent e0, e1;
   uint64_t rng;
 } bench;
 
@@ -126,7 +124,7 @@ static unsigned dsize(kiln_dtype dt) {
 #define PI(d) ((const int64_t *)(uintptr_t)(d))
 
 static kiln_status launch(const bench *bn, const job *j, op_id op) {
-  kiln_loader *l = bn->l;
+  kiln_loader *l = bn->env.l;
   const long long t = j->t, v = j->v;
   const int h = j->h, s = (int)(t / ROPE_B), heads = h / ROPE_D;
   switch (op) {
@@ -181,60 +179,39 @@ static kiln_status launch(const bench *bn, const job *j, op_id op) {
   }
 }
 
-static int cmp_float(const void *a, const void *b) {
-  const float x = *(const float *)a, y = *(const float *)b;
-  return x < y ? -1 : x > y;
-}
+/* bench_time's launch of one op on one job. */
+typedef struct job_run {
+  const bench *bn;
+  const job *j;
+  op_id op;
+} job_run;
 
-/* Median event time of one launch of op (op < 0: a copy of j->copy_bytes). */
-static int time_it(const bench *bn, const job *j, int op, const char *what, double *ms) {
-  float t[MAX_REPS];
-  const kiln_cuda_api *cu = bn->cu;
-  for (int i = 0; i < bn->warmup + bn->reps; i++) {
-    const int timed = i >= bn->warmup;
-    kiln_status st = KILN_OK;
-    CUresult r = CUDA_SUCCESS;
-    if (timed && (r = cu->EventRecord(bn->e0, NULL)) != CUDA_SUCCESS) goto driver;
-    if (op >= 0)
-      st = launch(bn, j, (op_id)op);
-    else
-      r = cu->MemcpyDtoD(j->copy + j->copy_bytes, j->copy, j->copy_bytes);
-    if (st != KILN_OK) {
-      fprintf(stderr, "kernels_bw: %s %s: %s\n", what, j->shape, kiln_last_error());
-      return 0;
-    }
-    if (r != CUDA_SUCCESS) goto driver;
-    if (!timed) continue;
-    if ((r = cu->EventRecord(bn->e1, NULL)) != CUDA_SUCCESS ||
-        (r = cu->EventSynchronize(bn->e1)) != CUDA_SUCCESS ||
-        (r = cu->EventElapsedTime(&t[i - bn->warmup], bn->e0, bn->e1)) != CUDA_SUCCESS)
-      goto driver;
-    continue;
-  driver:
-    fprintf(stderr, "kernels_bw: %s %s: %s\n", op >= 0 ? what : "cuMemcpyDtoD", j->shape,
-            kiln_cuda_error_name(r));
-    return 0;
-  }
-  qsort(t, (size_t)bn->reps, sizeof t[0], cmp_float);
-  *ms = bn->reps % 2 ? t[bn->reps / 2] : 0.5 * (t[bn->reps / 2 - 1] + t[bn->reps / 2]);
-  return 1;
+static int launch_job(void *arg, const char **why) {
+  const job_run *r = arg;
+  if (launch(r->bn, r->j, r->op) == KILN_OK) return 1;
+  *why = kiln_last_error();
+  return 0;
 }
 
 /* Times op and the copy of the same bytes; prints one row. Data errors (kiln_ops_check) and
  * asynchronous faults count as failures. */
 static void measure(bench *bn, job *j, op_id op, const char *name, const char *dir, double bytes) {
-  char what[64];
+  char what[160], copy_what[96];
+  job_run r = {bn, j, op};
+  bench_copy_args c = {bn->env.cu, 0, 0, 0};
   double k_ms, c_ms;
   kiln_status st;
-  snprintf(what, sizeof what, "%s %s", name, dir);
+  snprintf(what, sizeof what, "%s %s %s", name, dir, j->shape);
+  snprintf(copy_what, sizeof copy_what, "cuMemcpyDtoD %s", j->shape);
   j->copy_bytes = (size_t)(bytes / 2) & ~(size_t)255; /* aligned: the copy's fast path */
   if (j->copy_bytes == 0) j->copy_bytes = 256;
-  if (!time_it(bn, j, (int)op, what, &k_ms)) goto fail;
-  if ((st = kiln_ops_check(bn->l, NULL)) != KILN_OK) {
-    fprintf(stderr, "kernels_bw: %s %s: %s\n", what, j->shape, kiln_last_error());
+  c.dst = j->copy + j->copy_bytes, c.src = j->copy, c.bytes = j->copy_bytes;
+  if (!bench_time(&bn->env, bn->reps, bn->warmup, launch_job, &r, what, &k_ms)) goto fail;
+  if ((st = kiln_ops_check(bn->env.l, NULL)) != KILN_OK) {
+    fprintf(stderr, "kernels_bw: %s: %s\n", what, kiln_last_error());
     goto fail;
   }
-  if (!time_it(bn, j, -1, what, &c_ms)) goto fail;
+  if (!bench_time(&bn->env, bn->reps, bn->warmup, bench_copy, &c, copy_what, &c_ms)) goto fail;
   const double k_gbps = bytes / k_ms / 1e6, c_gbps = 2.0 * (double)j->copy_bytes / c_ms / 1e6;
   if (bn->csv)
     printf("%s,%s,%s,%s,%.0f,%.4f,%.1f,%.4f,%.1f,%.3f\n", name, dir, kiln_dtype_str(j->dt),
@@ -251,20 +228,13 @@ fail:
 
 /* ---- device buffers ------------------------------------------------------------------------ */
 
-static uint64_t rng_next(uint64_t *s) { /* xorshift64* */
-  *s ^= *s >> 12;
-  *s ^= *s << 25;
-  *s ^= *s >> 27;
-  return *s * 0x2545F4914F6CDD1DULL;
-}
-
 /* A device buffer of bytes, owned by j (freed by release). 0 on failure (reported). */
 static int take(const bench *bn, job *j, CUdeviceptr *out, size_t bytes) {
-  const CUresult r = bn->cu->MemAlloc(out, bytes ? bytes : 256);
+  const CUresult r = bn->env.cu->MemAlloc(out, bytes ? bytes : 256);
   if (r != CUDA_SUCCESS || j->n_owned == MAX_BUFS) {
     fprintf(stderr, "kernels_bw: %s: cuMemAlloc of %.2f GiB: %s\n", j->shape,
             (double)bytes / (1 << 30), kiln_cuda_error_name(r));
-    if (r == CUDA_SUCCESS) bn->cu->MemFree(*out);
+    if (r == CUDA_SUCCESS) bn->env.cu->MemFree(*out);
     *out = 0;
     return 0;
   }
@@ -274,7 +244,7 @@ static int take(const bench *bn, job *j, CUdeviceptr *out, size_t bytes) {
 
 static void release(const bench *bn, job *j) {
   while (j->n_owned > 0)
-    bn->cu->MemFree(j->owned[--j->n_owned]);
+    bn->env.cu->MemFree(j->owned[--j->n_owned]);
 }
 
 /* A buffer of n elements of dt, uniform in [lo, hi) (never all zeros), uploaded from a repeated
@@ -285,7 +255,7 @@ static int take_rand(bench *bn, job *j, CUdeviceptr *out, size_t n, kiln_dtype d
   unsigned char *tile = malloc(tile_n * es);
   int ok = tile != NULL && take(bn, j, out, n * es);
   for (size_t i = 0; ok && i < tile_n; i++) {
-    const float v = lo + (hi - lo) * (float)(rng_next(&bn->rng) >> 40) * 0x1p-24f;
+    const float v = lo + (hi - lo) * (float)(bench_rng_next(&bn->rng) >> 40) * 0x1p-24f;
     if (dt == KILN_F32)
       memcpy(tile + 4 * i, &v, 4);
     else {
@@ -295,7 +265,7 @@ static int take_rand(bench *bn, job *j, CUdeviceptr *out, size_t n, kiln_dtype d
   }
   for (size_t off = 0; ok && off < n * es; off += tile_n * es) {
     const size_t k = n * es - off < tile_n * es ? n * es - off : tile_n * es;
-    ok = bn->cu->MemcpyHtoD(*out + off, tile, k) == CUDA_SUCCESS;
+    ok = bn->env.cu->MemcpyHtoD(*out + off, tile, k) == CUDA_SUCCESS;
   }
   free(tile);
   return ok;
@@ -309,14 +279,14 @@ static int take_ids(bench *bn, job *j, CUdeviceptr *out, long long range, long l
   int ok = ids && seen && take(bn, j, out, (size_t)j->t * sizeof *ids);
   *distinct = *inside = 0;
   for (long long i = 0; ok && i < j->t; i++) {
-    ids[i] = (int64_t)(rng_next(&bn->rng) % (uint64_t)range);
+    ids[i] = (int64_t)(bench_rng_next(&bn->rng) % (uint64_t)range);
     if (ids[i] < v) {
       ++*inside;
       *distinct += !seen[ids[i]];
       seen[ids[i]] = 1;
     }
   }
-  ok = ok && bn->cu->MemcpyHtoD(*out, ids, (size_t)j->t * sizeof *ids) == CUDA_SUCCESS;
+  ok = ok && bn->env.cu->MemcpyHtoD(*out, ids, (size_t)j->t * sizeof *ids) == CUDA_SUCCESS;
   free(ids);
   free(seen);
   return ok;
@@ -329,7 +299,7 @@ static int prime(bench *bn, job *j, op_id op, const char *what) {
     fprintf(stderr, "kernels_bw: %s %s: %s\n", what, j->shape, kiln_last_error());
     return 0;
   }
-  if ((r = bn->cu->CtxSynchronize()) != CUDA_SUCCESS) {
+  if ((r = bn->env.cu->CtxSynchronize()) != CUDA_SUCCESS) {
     fprintf(stderr, "kernels_bw: %s %s: %s\n", what, j->shape, kiln_cuda_error_name(r));
     return 0;
   }
@@ -378,7 +348,7 @@ static void run_embedding(bench *bn, job *j) {
   const double b_bytes = 8 * T + (double)in * H * es + 2.0 * (double)d * H * 4;
   if (!take_rand(bn, j, &j->w1, nw, j->dt, -1, 1) || !take_rand(bn, j, &j->dy, n, j->dt, -1, 1) ||
       !take(bn, j, &j->y, n * (size_t)es) || !take(bn, j, &j->dw1, nw * 4) ||
-      bn->cu->MemsetD8(j->dw1, 0, nw * 4) != CUDA_SUCCESS ||
+      bn->env.cu->MemsetD8(j->dw1, 0, nw * 4) != CUDA_SUCCESS ||
       !take(bn, j, &j->ws, ws_det > ws_atomic ? ws_det : ws_atomic) ||
       !take(bn, j, &j->copy, (size_t)(f_bytes > b_bytes ? f_bytes : b_bytes) + 4096))
     goto fail;
@@ -487,7 +457,7 @@ static void run_one(bench *bn, family f, kiln_dtype dt, kiln_dtype wdt, int h, l
     snprintf(j.shape, sizeof j.shape, "%lldx%d", j.t, h);
     run_elementwise(bn, &j, kFamilies[f]);
   }
-  const CUresult r = bn->cu->CtxSynchronize();
+  const CUresult r = bn->env.cu->CtxSynchronize();
   if (r != CUDA_SUCCESS) {
     fprintf(stderr, "kernels_bw: %s %s: %s\n", kFamilies[f], j.shape, kiln_cuda_error_name(r));
     bn->failed = 1;
@@ -569,7 +539,7 @@ static int parse_args(bench *bn, int argc, char **argv, const char **dtypes, int
     }
     if (!s) return 0;
     i++;
-    if (strcmp(a, "--reps") == 0 && parse_ll(s, 1, MAX_REPS, &v))
+    if (strcmp(a, "--reps") == 0 && parse_ll(s, 1, BENCH_MAX_REPS, &v))
       bn->reps = (int)v;
     else if (strcmp(a, "--warmup") == 0 && parse_ll(s, 0, 1000, &v))
       bn->warmup = (int)v;
@@ -596,13 +566,10 @@ static int parse_args(bench *bn, int argc, char **argv, const char **dtypes, int
 
 int main(int argc, char **argv) {
   bench bn;
-  kiln_loader_options o = KILN_LOADER_OPTIONS_INIT;
-  kiln_device_info info;
-  CUcontext ctx = NULL, popped;
-  CUdevice dev = 0;
   const char *dtypes = "bf16";
-  kiln_status st;
-  int n = 0, rc = 1, smoke = 0;
+  kiln_dtype dt;
+  bench_open_result ready;
+  int rc, found, smoke = 0;
   memset(&bn, 0, sizeof bn);
   bn.tokens = 16384, bn.hidden[0] = 4096, bn.hidden[1] = 8192, bn.n_hidden = 2;
   bn.vocab[0] = 32000, bn.vocab[1] = 128000, bn.n_vocab = 2, bn.tp = 2;
@@ -616,64 +583,25 @@ int main(int argc, char **argv) {
                     "bias_swiglu, bias_dropout_add, rope, cross_entropy\n");
     return 2;
   }
-  if ((st = kiln_device_count(&n)) != KILN_OK || n == 0) {
-    printf("kernels_bw: skipped: %s\n",
-           st != KILN_OK ? kiln_last_error() : "the driver reports no CUDA device");
-    return 0;
-  }
-  o.device = 0;
   /* Every unit is built or loaded before anything is timed; --smoke leaves it to the first launch
    * of each op, so that it builds only the units it runs. */
-  if (kiln_cuda(&bn.cu) != KILN_OK || kiln_loader_open(&bn.l, &o) != KILN_OK ||
-      (!smoke && kiln_loader_warmup(bn.l, NULL) != KILN_OK) ||
-      kiln_loader_device(bn.l, &info) != KILN_OK) {
-    fprintf(stderr, "kernels_bw: %s\n", kiln_last_error());
-    goto out;
-  }
-  if (bn.cu->DeviceGet(&dev, 0) != CUDA_SUCCESS ||
-      bn.cu->DevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS ||
-      bn.cu->CtxPushCurrent(ctx) != CUDA_SUCCESS ||
-      bn.cu->EventCreate(&bn.e0, CU_EVENT_DEFAULT) != CUDA_SUCCESS ||
-      bn.cu->EventCreate(&bn.e1, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
-    fprintf(stderr, "kernels_bw: could not set up the context and events\n");
-    goto out;
-  }
-  printf("# kernels_bw: %s (sm_%d%d, %d SMs, %.0f GiB), driver %d; tokens %lld; median of %d after "
-         "%d warm-up; embedding/CE stats partition tp=%d\n",
-         info.name, info.cc_major, info.cc_minor, info.sm_count, (double)info.total_mem / (1 << 30),
-         info.driver_version, bn.tokens, bn.reps, bn.warmup, bn.tp);
-  for (size_t u = 0; u < kiln_unit_count(); u++) {
-    kiln_unit_load ul;
-    if (kiln_loader_unit_load(bn.l, kiln_unit_at(u)->name, &ul) == KILN_OK)
-      printf("# %s: %s %s\n", ul.unit, kiln_load_source_str(ul.source), ul.target);
-  }
+  if ((ready = bench_open(&bn.env, "kernels_bw", !smoke)) != BENCH_READY)
+    return ready == BENCH_FAILED;
+  bench_header(&bn.env,
+               "tokens %lld; median of %d after %d warm-up; embedding/CE stats partition tp=%d",
+               bn.tokens, bn.reps, bn.warmup, bn.tp);
   if (bn.csv)
     printf("op,dir,dtype,shape,bytes,kernel_ms,kernel_gbps,copy_ms,copy_gbps,ratio_to_copy\n");
   else
     printf("%-16s %-10s %-5s %-28s %10s %9s %8s %9s %9s %7s\n", "op", "dir", "dtype", "shape",
            "MB moved", "kernel ms", "GB/s", "copy ms", "copy GB/s", "vs copy");
-  for (const char *p = dtypes; *p;) {
-    const size_t len = strcspn(p, ",");
-    if (len == 3 && strncmp(p, "f32", 3) == 0)
-      run_dtype(&bn, KILN_F32);
-    else if (len == 3 && strncmp(p, "f16", 3) == 0)
-      run_dtype(&bn, KILN_F16);
-    else if (len == 4 && strncmp(p, "bf16", 4) == 0)
-      run_dtype(&bn, KILN_BF16);
-    else {
-      fprintf(stderr, "kernels_bw: unknown dtype '%.*s' (bf16, f16, f32)\n", (int)len, p);
+  for (const char *p = dtypes; (found = bench_next_dtype(&dt, &p, "kernels_bw")) != 0;) {
+    if (found > 0)
+      run_dtype(&bn, dt);
+    else
       bn.failed = 1;
-    }
-    p += len + (p[len] == ',');
   }
   rc = bn.failed;
-out:
-  if (bn.e0) bn.cu->EventDestroy(bn.e0);
-  if (bn.e1) bn.cu->EventDestroy(bn.e1);
-  if (ctx) {
-    bn.cu->CtxPopCurrent(&popped);
-    bn.cu->DevicePrimaryCtxRelease(dev);
-  }
-  kiln_loader_close(bn.l);
+  bench_close(&bn.env);
   return rc;
 }

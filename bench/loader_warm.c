@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/bench_util.h" /* bench_have_device: the skip line */
 #include "kiln/build.h"
 #include "kiln/kernels.h"
 #include "kiln/loader.h"
@@ -196,7 +197,6 @@ int main(int argc, char **argv) {
   CUcontext ctx = NULL;
   CUdevice dev = 0;
   int runs = 10, procs = 5, n = 0, k, rc = 1;
-  kiln_status st;
   if (argc == 4 && strcmp(argv[1], "--child") == 0) return child(argv[2], argv[3]);
   for (int i = 1; i < argc; i++) {
     int ok = i + 1 < argc;
@@ -211,11 +211,7 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  if ((st = kiln_device_count(&n)) != KILN_OK || n == 0) {
-    printf("loader_warm: skipped: %s\n",
-           st != KILN_OK ? kiln_last_error() : "the driver reports no CUDA device");
-    return 0;
-  }
+  if (!bench_have_device("loader_warm")) return 0;
   if (kiln_device_get_info(0, &info) != KILN_OK) {
     fprintf(stderr, "loader_warm: %s\n", kiln_last_error());
     return 1;

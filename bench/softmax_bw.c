@@ -22,14 +22,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/bench_util.h" /* set-up, header, timing, rng */
+#include "common/half.h"
 #include "kiln/kernels.h"
 #include "kiln/loader.h"
 #include "kiln/ops.h"
 #include "loader/driver.h" /* kiln_cuda(): memory, events */
-#include "common/half.h"
 
 #define TILE_ELEMS (8u << 20) /* host tile of random inputs, uploaded repeatedly */
-#define MAX_REPS 1000
 
 typedef enum {
   SOFTMAX_FWD,
@@ -44,11 +44,9 @@ static const char *const kOpNames[N_OPS] = {"softmax_fwd", "softmax_bwd", "maske
                                             "masked_bwd",  "causal_fwd",  "causal_bwd"};
 
 typedef struct bench {
-  const kiln_cuda_api *cu;
-  kiln_loader *l;
+  bench_env env; /* cu, l, info, events */
   int b, h, sq, sk;
   int reps, warmup, csv;
-  CUevent e0, e1;
   /* per dtype */
   kiln_dtype dt;
   size_t n, es;      /* elements per tensor, bytes per element */
@@ -66,23 +64,24 @@ static kiln_status launch(const bench *bn, op_id op) {
   const float scale = 0.125f;
   void *A = at(bn, 0), *B = at(bn, 1), *C = at(bn, 2);
   const uint8_t *m = (const uint8_t *)(uintptr_t)bn->mask;
+  kiln_loader *l = bn->env.l;
   switch (op) {
   case SOFTMAX_FWD:
-    return kiln_scaled_softmax_fwd(bn->l, bn->dt, B, A, rows, bn->sk, scale, NULL);
+    return kiln_scaled_softmax_fwd(l, bn->dt, B, A, rows, bn->sk, scale, NULL);
   case SOFTMAX_BWD:
-    return kiln_scaled_softmax_bwd(bn->l, bn->dt, C, B, A, rows, bn->sk, scale, NULL);
+    return kiln_scaled_softmax_bwd(l, bn->dt, C, B, A, rows, bn->sk, scale, NULL);
   case MASKED_FWD:
-    return kiln_scaled_masked_softmax_fwd(bn->l, bn->dt, B, A, m, bn->b, bn->h, bn->sq, bn->sk,
-                                          bn->b, scale, NULL);
-  case MASKED_BWD:
-    return kiln_scaled_masked_softmax_bwd(bn->l, bn->dt, C, B, A, bn->b, bn->h, bn->sq, bn->sk,
+    return kiln_scaled_masked_softmax_fwd(l, bn->dt, B, A, m, bn->b, bn->h, bn->sq, bn->sk, bn->b,
                                           scale, NULL);
+  case MASKED_BWD:
+    return kiln_scaled_masked_softmax_bwd(l, bn->dt, C, B, A, bn->b, bn->h, bn->sq, bn->sk, scale,
+                                          NULL);
   case CAUSAL_FWD:
-    return kiln_scaled_upper_triang_masked_softmax_fwd(
-        bn->l, bn->dt, B, A, (long long)bn->b * bn->h, bn->sq, bn->sk, scale, NULL);
+    return kiln_scaled_upper_triang_masked_softmax_fwd(l, bn->dt, B, A, (long long)bn->b * bn->h,
+                                                       bn->sq, bn->sk, scale, NULL);
   default:
-    return kiln_scaled_upper_triang_masked_softmax_bwd(
-        bn->l, bn->dt, C, B, A, (long long)bn->b * bn->h, bn->sq, bn->sk, scale, NULL);
+    return kiln_scaled_upper_triang_masked_softmax_bwd(l, bn->dt, C, B, A, (long long)bn->b * bn->h,
+                                                       bn->sq, bn->sk, scale, NULL);
   }
 }
 
@@ -108,40 +107,17 @@ static double op_bytes(const bench *bn, op_id op) {
   }
 }
 
-static int cmp_float(const void *a, const void *b) {
-  const float x = *(const float *)a, y = *(const float *)b;
-  return x < y ? -1 : x > y;
-}
+/* bench_time's launch of one op. */
+typedef struct op_run {
+  const bench *bn;
+  op_id op;
+} op_run;
 
-/* Median event time of one launch of op (op < 0: a copy of copy_bytes). */
-static int time_it(const bench *bn, int op, size_t copy_bytes, double *ms) {
-  float t[MAX_REPS];
-  const kiln_cuda_api *cu = bn->cu;
-  for (int i = 0; i < bn->warmup + bn->reps; i++) {
-    const int timed = i >= bn->warmup;
-    kiln_status st = KILN_OK;
-    CUresult r = CUDA_SUCCESS;
-    if (timed) cu->EventRecord(bn->e0, NULL);
-    if (op >= 0)
-      st = launch(bn, (op_id)op);
-    else
-      r = cu->MemcpyDtoD(bn->arena + copy_bytes, bn->arena, copy_bytes);
-    if (st != KILN_OK || r != CUDA_SUCCESS) {
-      fprintf(stderr, "softmax_bw: %s: %s\n", op >= 0 ? kOpNames[op] : "cuMemcpyDtoD",
-              st != KILN_OK ? kiln_last_error() : kiln_cuda_error_name(r));
-      return 0;
-    }
-    if (!timed) continue;
-    cu->EventRecord(bn->e1, NULL);
-    if ((r = cu->EventSynchronize(bn->e1)) != CUDA_SUCCESS ||
-        (r = cu->EventElapsedTime(&t[i - bn->warmup], bn->e0, bn->e1)) != CUDA_SUCCESS) {
-      fprintf(stderr, "softmax_bw: events: %s\n", kiln_cuda_error_name(r));
-      return 0;
-    }
-  }
-  qsort(t, (size_t)bn->reps, sizeof t[0], cmp_float);
-  *ms = bn->reps % 2 ? t[bn->reps / 2] : 0.5 * (t[bn->reps / 2 - 1] + t[bn->reps / 2]);
-  return 1;
+static int launch_op(void *arg, const char **why) {
+  const op_run *r = arg;
+  if (launch(r->bn, r->op) == KILN_OK) return 1;
+  *why = kiln_last_error();
+  return 0;
 }
 
 /* Fills [dst, dst + bytes) from a repeated host tile. */
@@ -149,25 +125,18 @@ static int upload_tiled(const bench *bn, CUdeviceptr dst, size_t bytes, const vo
                         size_t tile_bytes) {
   for (size_t off = 0; off < bytes; off += tile_bytes) {
     const size_t k = bytes - off < tile_bytes ? bytes - off : tile_bytes;
-    if (bn->cu->MemcpyHtoD(dst + off, tile, k) != CUDA_SUCCESS) return 0;
+    if (bn->env.cu->MemcpyHtoD(dst + off, tile, k) != CUDA_SUCCESS) return 0;
   }
   return 1;
 }
 
 /* Random x in [-4, 4) in the dtype, a mask with ~1 in 8 positions masked. */
-static uint64_t rng_next(uint64_t *s) { /* xorshift64* */
-  *s ^= *s >> 12;
-  *s ^= *s << 25;
-  *s ^= *s >> 27;
-  return *s * 0x2545F4914F6CDD1DULL;
-}
-
 static int fill_inputs(bench *bn) {
   uint64_t s = 0x9e3779b97f4a7c15ULL;
   unsigned char *tile = malloc((size_t)TILE_ELEMS * 4);
   int ok = tile != NULL;
   for (size_t i = 0; ok && i < TILE_ELEMS; i++) {
-    const float v = (float)(rng_next(&s) >> 40) * 0x1p-21f - 4.f;
+    const float v = (float)(bench_rng_next(&s) >> 40) * 0x1p-21f - 4.f;
     if (bn->dt == KILN_F32)
       memcpy(tile + 4 * i, &v, 4);
     else {
@@ -177,10 +146,10 @@ static int fill_inputs(bench *bn) {
   }
   ok = ok && upload_tiled(bn, bn->arena, bn->n * bn->es, tile, (size_t)TILE_ELEMS * bn->es);
   for (size_t i = 0; ok && i < TILE_ELEMS; i++)
-    tile[i] = (rng_next(&s) >> 61) == 0;
+    tile[i] = (bench_rng_next(&s) >> 61) == 0;
   ok = ok && upload_tiled(bn, bn->mask, (size_t)bn->b * bn->sq * bn->sk, tile, TILE_ELEMS);
   /* y for the backward ops: a real softmax output */
-  ok = ok && launch(bn, SOFTMAX_FWD) == KILN_OK && bn->cu->CtxSynchronize() == CUDA_SUCCESS;
+  ok = ok && launch(bn, SOFTMAX_FWD) == KILN_OK && bn->env.cu->CtxSynchronize() == CUDA_SUCCESS;
   free(tile);
   return ok;
 }
@@ -195,16 +164,21 @@ static void run_dtype(bench *bn, kiln_dtype dt, uint64_t total_mem) {
            (3.0 * bn->n * bn->es + mask_bytes) / (1 << 30), (double)total_mem / (1 << 30));
     return;
   }
-  if (bn->cu->MemAlloc(&bn->arena, 3 * bn->n * bn->es) != CUDA_SUCCESS ||
-      bn->cu->MemAlloc(&bn->mask, mask_bytes) != CUDA_SUCCESS || !fill_inputs(bn)) {
+  if (bn->env.cu->MemAlloc(&bn->arena, 3 * bn->n * bn->es) != CUDA_SUCCESS ||
+      bn->env.cu->MemAlloc(&bn->mask, mask_bytes) != CUDA_SUCCESS || !fill_inputs(bn)) {
     fprintf(stderr, "softmax_bw: %s: could not set up the tensors (%s)\n", kiln_dtype_str(dt),
             kiln_last_error());
     goto out;
   }
   for (int op = 0; op < N_OPS; op++) {
     const double bytes = op_bytes(bn, (op_id)op);
+    op_run r = {bn, (op_id)op};
+    bench_copy_args c = {bn->env.cu, bn->arena + (size_t)(bytes / 2), bn->arena,
+                         (size_t)(bytes / 2)};
     double k_ms, c_ms;
-    if (!time_it(bn, op, 0, &k_ms) || !time_it(bn, -1, (size_t)(bytes / 2), &c_ms)) break;
+    if (!bench_time(&bn->env, bn->reps, bn->warmup, launch_op, &r, kOpNames[op], &k_ms) ||
+        !bench_time(&bn->env, bn->reps, bn->warmup, bench_copy, &c, "cuMemcpyDtoD", &c_ms))
+      break;
     if (bn->csv)
       printf("%s,%s,%.0f,%.4f,%.1f,%.4f,%.1f,%.3f\n", kOpNames[op], kiln_dtype_str(dt), bytes, k_ms,
              bytes / k_ms / 1e6, c_ms, bytes / c_ms / 1e6, c_ms / k_ms);
@@ -214,8 +188,8 @@ static void run_dtype(bench *bn, kiln_dtype dt, uint64_t total_mem) {
              c_ms / k_ms);
   }
 out:
-  if (bn->arena) bn->cu->MemFree(bn->arena);
-  if (bn->mask) bn->cu->MemFree(bn->mask);
+  if (bn->arena) bn->env.cu->MemFree(bn->arena);
+  if (bn->mask) bn->env.cu->MemFree(bn->mask);
   bn->arena = bn->mask = 0;
 }
 
@@ -237,7 +211,7 @@ static int parse_args(bench *bn, int argc, char **argv, const char **dtypes) {
     if (!v) return 0;
     i++;
     if (strcmp(a, "--reps") == 0) {
-      if (!parse_int(v, 1, MAX_REPS, &bn->reps)) return 0;
+      if (!parse_int(v, 1, BENCH_MAX_REPS, &bn->reps)) return 0;
     } else if (strcmp(a, "--warmup") == 0) {
       if (!parse_int(v, 0, 1000, &bn->warmup)) return 0;
     } else if (strcmp(a, "--dtypes") == 0) {
@@ -259,74 +233,26 @@ static int parse_args(bench *bn, int argc, char **argv, const char **dtypes) {
 }
 
 int main(int argc, char **argv) {
-  bench bn;
-  kiln_loader_options o = KILN_LOADER_OPTIONS_INIT;
-  kiln_device_info info;
-  CUcontext ctx = NULL, popped;
-  CUdevice dev = 0;
+  bench bn = {.b = 32, .h = 16, .sq = 2048, .sk = 2048, .reps = 20, .warmup = 5};
   const char *dtypes = "bf16,f16,f32";
-  kiln_status st;
-  int n = 0, rc = 1;
-  memset(&bn, 0, sizeof bn);
-  bn.b = 32, bn.h = 16, bn.sq = 2048, bn.sk = 2048, bn.reps = 20, bn.warmup = 5;
+  kiln_dtype dt;
+  bench_open_result ready;
+  int found;
   if (!parse_args(&bn, argc, argv, &dtypes)) {
     fprintf(stderr, "usage: softmax_bw [--shape B,H,SQ,SK] [--dtypes bf16,f16,f32] [--reps N] "
                     "[--warmup N] [--csv]\n");
     return 2;
   }
-  if ((st = kiln_device_count(&n)) != KILN_OK || n == 0) {
-    printf("softmax_bw: skipped: %s\n",
-           st != KILN_OK ? kiln_last_error() : "the driver reports no CUDA device");
-    return 0;
-  }
-  o.device = 0;
-  if (kiln_cuda(&bn.cu) != KILN_OK || kiln_loader_open(&bn.l, &o) != KILN_OK ||
-      kiln_loader_warmup(bn.l, NULL) != KILN_OK || kiln_loader_device(bn.l, &info) != KILN_OK) {
-    fprintf(stderr, "softmax_bw: %s\n", kiln_last_error());
-    goto out;
-  }
-  if (bn.cu->DeviceGet(&dev, 0) != CUDA_SUCCESS ||
-      bn.cu->DevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS ||
-      bn.cu->CtxPushCurrent(ctx) != CUDA_SUCCESS ||
-      bn.cu->EventCreate(&bn.e0, CU_EVENT_DEFAULT) != CUDA_SUCCESS ||
-      bn.cu->EventCreate(&bn.e1, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
-    fprintf(stderr, "softmax_bw: could not set up the context and events\n");
-    goto out;
-  }
-  printf("# softmax_bw: %s (sm_%d%d, %d SMs, %.0f GiB), driver %d; x [%d, %d, %d, %d]; median of "
-         "%d after %d warm-up; scale 0.125\n",
-         info.name, info.cc_major, info.cc_minor, info.sm_count, (double)info.total_mem / (1 << 30),
-         info.driver_version, bn.b, bn.h, bn.sq, bn.sk, bn.reps, bn.warmup);
-  for (size_t u = 0; u < kiln_unit_count(); u++) {
-    kiln_unit_load ul;
-    if (kiln_loader_unit_load(bn.l, kiln_unit_at(u)->name, &ul) == KILN_OK)
-      printf("# %s: %s %s\n", ul.unit, kiln_load_source_str(ul.source), ul.target);
-  }
+  if ((ready = bench_open(&bn.env, "softmax_bw", 1)) != BENCH_READY) return ready == BENCH_FAILED;
+  bench_header(&bn.env, "x [%d, %d, %d, %d]; median of %d after %d warm-up; scale 0.125", bn.b,
+               bn.h, bn.sq, bn.sk, bn.reps, bn.warmup);
   if (bn.csv)
     printf("op,dtype,bytes,kernel_ms,kernel_gbps,copy_ms,copy_gbps,ratio_to_copy\n");
   else
     printf("%-12s %-5s %10s %10s %10s %10s %10s %8s\n", "op", "dtype", "MB moved", "kernel ms",
            "GB/s", "copy ms", "copy GB/s", "vs copy");
-  for (const char *p = dtypes; *p;) {
-    const size_t len = strcspn(p, ",");
-    if (len == 3 && strncmp(p, "f32", 3) == 0)
-      run_dtype(&bn, KILN_F32, info.total_mem);
-    else if (len == 3 && strncmp(p, "f16", 3) == 0)
-      run_dtype(&bn, KILN_F16, info.total_mem);
-    else if (len == 4 && strncmp(p, "bf16", 4) == 0)
-      run_dtype(&bn, KILN_BF16, info.total_mem);
-    else
-      fprintf(stderr, "softmax_bw: unknown dtype '%.*s' (bf16, f16, f32)\n", (int)len, p);
-    p += len + (p[len] == ',');
-  }
-  rc = 0;
-out:
-  if (bn.e0) bn.cu->EventDestroy(bn.e0);
-  if (bn.e1) bn.cu->EventDestroy(bn.e1);
-  if (ctx) {
-    bn.cu->CtxPopCurrent(&popped);
-    bn.cu->DevicePrimaryCtxRelease(dev);
-  }
-  kiln_loader_close(bn.l);
-  return rc;
+  for (const char *p = dtypes; (found = bench_next_dtype(&dt, &p, "softmax_bw")) != 0;)
+    if (found > 0) run_dtype(&bn, dt, bn.env.info.total_mem);
+  bench_close(&bn.env);
+  return 0;
 }
