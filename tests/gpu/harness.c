@@ -129,6 +129,10 @@ uint64_t gt_rng_next(uint64_t *s) {
   return x * 0x2545F4914F6CDD1DULL;
 }
 
+double gt_rng_uniform(uint64_t *s, double lo, double hi) {
+  return lo + (hi - lo) * gt_unit53(gt_rng_next(s));
+}
+
 double gt_unit53(uint64_t draw) {
   return (double)(draw >> 11) * 0x1p-53;
 }

@@ -104,6 +104,8 @@ void gt_set(kiln_dtype dt, void *p, size_t i, float v);
 
 /* xorshift64* (the state must not be 0): the next draw. */
 uint64_t gt_rng_next(uint64_t *s);
+/* Uniform in [lo, hi): lo + (hi - lo) * gt_unit53(the next draw). */
+double gt_rng_uniform(uint64_t *s, double lo, double hi);
 /* A draw's top 53 bits as a double in [0, 1). */
 double gt_unit53(uint64_t draw);
 /* A draw's top 24 bits as a float in [0, 1) (exact in fp32). */
