@@ -158,7 +158,7 @@ int gt_init(gt_run *r, const char *family) {
   if (st != KILN_OK || n == 0) {
     printf("gpu.%s: skipped: %s\n", family,
            st != KILN_OK ? kiln_last_error() : "the driver reports no CUDA device");
-    return GT_SKIP;
+    return r->status = GT_SKIP;
   }
   /* line-buffered: a test killed by its timeout still shows how far it got */
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -168,7 +168,7 @@ int gt_init(gt_run *r, const char *family) {
     char what[128];
     snprintf(what, sizeof what, "gpu.%s: mkdtemp", family);
     perror(what);
-    return 1;
+    return r->status = 1;
   }
   snprintf(r->main_cache, sizeof r->main_cache, "%s/main", r->root);
   /* KILN_CACHE_DIR set: the loader takes it from the environment itself */
@@ -199,6 +199,21 @@ int gt_context(gt_run *r) {
   return 1;
 }
 
+void gt_print_device(const gt_run *r, unsigned show) {
+  const kiln_device_info *i = &r->info;
+  printf("device 0: %s, sm_%d%d, %d SMs", i->name, i->cc_major, i->cc_minor, i->sm_count);
+  if (show & GT_SHOW_DRIVER) printf(", driver %d", i->driver_version);
+  if (show & GT_SHOW_PTX_ISA) printf(" (PTX ISA up to %d.%d)", i->ptx_isa / 10, i->ptx_isa % 10);
+  if (show & GT_SHOW_CACHE) printf(", cache %s", r->cache);
+  printf("%s\n", g_quick ? ", quick" : "");
+}
+
+int gt_start(gt_run *r, const char *family, unsigned show) {
+  if (gt_init(r, family) != 0 || !gt_open(r)) return 0;
+  gt_print_device(r, show);
+  return gt_context(r);
+}
+
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
   (void)st;
   (void)flag;
@@ -207,6 +222,7 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
 }
 
 int gt_finish(gt_run *r) {
+  if (r->status) return r->status; /* nothing was made */
   dev_close();
   kiln_loader_close(r->loader);
   r->loader = NULL;

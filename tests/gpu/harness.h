@@ -16,16 +16,16 @@
  *
  *   int main(void) {
  *     gt_run r;
- *     const int rc = gt_init(&r, "norm");   // prints the skip line itself
- *     if (rc) return rc;                     // 77: no device; 1: no temp dir
- *     if (!gt_open(&r)) goto out;            // loader on device 0, r.info
- *     printf("device 0: %s, ...%s\n", r.info.name, gt_quick() ? ", quick" : "");
- *     if (!gt_context(&r)) goto out;         // for dev_alloc and friends
- *     check_invalid_args(r.loader);          // gt_expect_einval, gt_expect_untouched
- *     run_suite(r.loader);                   // gt_pass / gt_fail per check
- *   out:
- *     return gt_finish(&r);                  // cleanup, final line, 0 or 1
+ *     if (gt_start(&r, "norm", GT_SHOW_DRIVER | GT_SHOW_CACHE)) {
+ *       check_invalid_args(r.loader); // gt_expect_einval..., gt_expect_untouched
+ *       run_suite(r.loader);          // gt_pass / gt_fail (or gt_check) per check
+ *     }
+ *     return gt_finish(&r);           // cleanup, final line; 0, 1 or 77
  *   }
+ *
+ * gt_start is gt_init, gt_open, gt_print_device and gt_context in a row; call
+ * them one by one to print more about the device before its context is made
+ * (test_softmax_gpu.c does). Shapes: if (gt_quick()) keep them small.
  *
  * The counters and the quick flag are process-wide (one run per program). */
 #ifndef KILN_TESTS_GPU_HARNESS_H
@@ -49,7 +49,20 @@ typedef struct gt_run {
   const char *cache;     /* the cache the loader uses: KILN_CACHE_DIR or root/main */
   char root[4096];       /* the temp directory, removed by gt_finish */
   char main_cache[4200]; /* root/main */
+  int status;            /* set by gt_init when the run stops before it starts */
 } gt_run;
+
+/* What gt_print_device adds to "device 0: <name>, sm_XY, N SMs". */
+enum {
+  GT_SHOW_DRIVER = 1,  /* ", driver 12040" */
+  GT_SHOW_PTX_ISA = 2, /* " (PTX ISA up to 8.5)", after the driver */
+  GT_SHOW_CACHE = 4,   /* ", cache <dir>" */
+};
+
+/* gt_init, gt_open, gt_print_device(show) and gt_context: 1 when the checks
+ * can run; 0 when not (skipped, or a FAIL counted). Either way, main returns
+ * gt_finish(r). */
+int gt_start(gt_run *r, const char *family, unsigned show);
 
 /* Starts a run of gpu.<family> (family must outlive the run): 0 to go on;
  * GT_SKIP after printing why there is no device; 1 when the temp directory
@@ -61,8 +74,12 @@ int gt_open(gt_run *r);
 /* Makes device 0's primary context (the loader's) current for the test's own
  * allocations, copies and launches: 1, or 0 with a FAIL counted. */
 int gt_context(gt_run *r);
+/* Prints the device line: "device 0: <name>, sm_XY, N SMs", what show
+ * asks for, and ", quick" under KILN_GPU_TEST_QUICK. */
+void gt_print_device(const gt_run *r, unsigned show);
 /* Releases everything gt_init/gt_open/gt_context made (fine after any of
- * them failed), prints "gpu.<family>: N passed, M failed"; the exit status. */
+ * them failed), prints "gpu.<family>: N passed, M failed"; the exit status.
+ * When gt_init stopped the run: its status, and no line. */
 int gt_finish(gt_run *r);
 /* 1 when KILN_GPU_TEST_QUICK asks for small shapes (set by gt_init). */
 int gt_quick(void);

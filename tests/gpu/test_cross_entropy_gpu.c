@@ -840,17 +840,11 @@ out:
 
 int main(void) {
   gt_run r;
-  const int rc = gt_init(&r, "cross_entropy");
-  if (rc) return rc;
-  if (!gt_open(&r)) goto out;
-  printf("device 0: %s, sm_%d%d, %d SMs, driver %d, cache %s%s\n", r.info.name, r.info.cc_major,
-         r.info.cc_minor, r.info.sm_count, r.info.driver_version, r.cache,
-         gt_quick() ? ", quick" : "");
-  if (!gt_context(&r)) goto out;
-  check_invalid_args(r.loader);
-  run_suite(r.loader);
-  check_special(r.loader);
-  check_bad_targets(r.loader);
-out:
+  if (gt_start(&r, "cross_entropy", GT_SHOW_DRIVER | GT_SHOW_CACHE)) {
+    check_invalid_args(r.loader);
+    run_suite(r.loader);
+    check_special(r.loader);
+    check_bad_targets(r.loader);
+  }
   return gt_finish(&r);
 }

@@ -237,7 +237,7 @@ static int run_case(kiln_loader *l, const bda_shape *s, kiln_dtype dt, uint64_t 
   shape_str(s, dt, shape, sizeof shape);
   if (dref_make(&c, dt, s->rows, s->cols, s->bias, s->p, s->training, seed, offset, next_seed()) !=
       0) {
-    gt_fail("%s: %s", shape, "out of host memory");
+    gt_fail("%s: out of host memory", shape);
     return 0;
   }
   y = y_out ? y_out : malloc(c.n * gt_dtype_size(dt));
@@ -586,20 +586,14 @@ static void check_fraction(kiln_loader *l) {
 
 int main(void) {
   gt_run r;
-  const int rc = gt_init(&r, "dropout");
-  if (rc) return rc;
-  if (!gt_open(&r)) goto out;
-  printf("device 0: %s, sm_%d%d, %d SMs, cache %s%s\n", r.info.name, r.info.cc_major,
-         r.info.cc_minor, r.info.sm_count, r.cache, gt_quick() ? ", quick" : "");
-  /* the test's own allocations, copies and direct launches use the loader's context */
-  if (!gt_context(&r)) goto out;
-  check_kat();
-  check_invalid_args(r.loader);
-  run_suite(r.loader);
-  run_identities(r.loader);
-  check_reproducible(r.loader);
-  check_launch_shape(r.loader);
-  check_fraction(r.loader);
-out:
+  if (gt_start(&r, "dropout", GT_SHOW_CACHE)) {
+    check_kat();
+    check_invalid_args(r.loader);
+    run_suite(r.loader);
+    run_identities(r.loader);
+    check_reproducible(r.loader);
+    check_launch_shape(r.loader);
+    check_fraction(r.loader);
+  }
   return gt_finish(&r);
 }

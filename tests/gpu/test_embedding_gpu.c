@@ -419,16 +419,11 @@ static void run_bwd(kiln_loader *l) {
 
 int main(void) {
   gt_run r;
-  const int rc = gt_init(&r, "embedding");
-  if (rc) return rc;
-  if (!gt_open(&r)) goto out;
-  printf("device 0: %s, sm_%d%d, %d SMs%s\n", r.info.name, r.info.cc_major, r.info.cc_minor,
-         r.info.sm_count, gt_quick() ? ", quick" : "");
-  if (!gt_context(&r)) goto out;
-  check_invalid_args(r.loader);
-  run_fwd(r.loader);
-  run_bad_ids(r.loader);
-  run_bwd(r.loader);
-out:
+  if (gt_start(&r, "embedding", 0)) {
+    check_invalid_args(r.loader);
+    run_fwd(r.loader);
+    run_bad_ids(r.loader);
+    run_bwd(r.loader);
+  }
   return gt_finish(&r);
 }

@@ -576,9 +576,7 @@ int main(void) {
   const int rc = gt_init(&r, "softmax");
   if (rc) return rc;
   if (!gt_open(&r)) goto out;
-  printf("device 0: %s, sm_%d%d, %d SMs, driver %d (PTX ISA up to %d.%d), cache %s%s\n",
-         r.info.name, r.info.cc_major, r.info.cc_minor, r.info.sm_count, r.info.driver_version,
-         r.info.ptx_isa / 10, r.info.ptx_isa % 10, r.cache, gt_quick() ? ", quick" : "");
+  gt_print_device(&r, GT_SHOW_DRIVER | GT_SHOW_PTX_ISA | GT_SHOW_CACHE);
   note_toolchain(&r.info);
   if (!gt_context(&r)) goto out;
   check_invalid_args(r.loader);
