@@ -10,16 +10,6 @@
 
 #include "kiln/ops.h" /* kiln_dtype */
 
-size_t ce_dtype_size(kiln_dtype dt);
-/* Element i of a dt tensor, widened exactly. */
-double ce_get(kiln_dtype dt, const void *p, size_t i);
-/* Stores v rounded to nearest even into element i. */
-void ce_set(kiln_dtype dt, void *p, size_t i, float v);
-
-uint64_t ce_rng_next(uint64_t *s);
-/* Uniform in [lo, hi). */
-double ce_rng_uniform(uint64_t *s, double lo, double hi);
-
 /* rows x vocab logits of dt, uniform in [-scale, scale] and never 0; with
  * neg_inf, about one in 7 is -inf (never a row's target, given target). */
 void ce_make_logits(kiln_dtype dt, void *x, long long rows, int vocab, double scale, int neg_inf,

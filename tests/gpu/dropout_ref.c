@@ -7,7 +7,7 @@
 #include <stdlib.h> /* calloc, malloc, free */
 #include <string.h> /* memset */
 
-#include "common/half.h" /* f16/bf16 conversions, as libkiln does them */
+#include "tests/gpu/harness.h" /* elements of a dtype, xorshift64* */
 
 /* ---- Philox-4x32-10 (Salmon et al., SC 2011; Random123 philox4x32) ------------ */
 
@@ -76,44 +76,16 @@ size_t dref_mask(unsigned char *keep, size_t n, float p, int training, uint64_t 
 
 /* ---- inputs ---------------------------------------------------------------------- */
 
-size_t dref_dtype_size(kiln_dtype dt) {
-  return dt == KILN_F32 ? 4 : 2;
-}
-
-double dref_get(kiln_dtype dt, const void *p, size_t i) {
-  if (dt == KILN_F32) return ((const float *)p)[i];
-  if (dt == KILN_F16) return kiln_f16_to_f32(((const uint16_t *)p)[i]);
-  return kiln_bf16_to_f32(((const uint16_t *)p)[i]);
-}
-
-static void set(kiln_dtype dt, void *p, size_t i, float v) {
-  if (dt == KILN_F32)
-    ((float *)p)[i] = v;
-  else if (dt == KILN_F16)
-    ((uint16_t *)p)[i] = kiln_f32_to_f16(v);
-  else
-    ((uint16_t *)p)[i] = kiln_f32_to_bf16(v);
-}
-
-static uint64_t rng_next(uint64_t *s) { /* xorshift64* */
-  uint64_t x = *s;
-  x ^= x >> 12;
-  x ^= x << 25;
-  x ^= x >> 27;
-  *s = x;
-  return x * 0x2545F4914F6CDD1DULL;
-}
-
 /* A random sign times a magnitude uniform in [lo, hi): never 0. */
 static float rng_signed(uint64_t *s, float lo, float hi) {
-  const uint64_t r = rng_next(s);
-  const float m = lo + (hi - lo) * (float)((r >> 40) * 0x1p-24);
+  const uint64_t r = gt_rng_next(s);
+  const float m = lo + (hi - lo) * gt_unit24(r);
   return (r & 1) ? -m : m;
 }
 
 int dref_make(dref_case *c, kiln_dtype dt, long long rows, int cols, int has_bias, float p,
               int training, uint64_t seed, uint64_t offset, uint64_t data_seed) {
-  const size_t es = dref_dtype_size(dt);
+  const size_t es = gt_dtype_size(dt);
   uint64_t rng = data_seed | 1;
   memset(c, 0, sizeof *c);
   c->dt = dt;
@@ -136,12 +108,12 @@ int dref_make(dref_case *c, kiln_dtype dt, long long rows, int cols, int has_bia
   }
   for (size_t i = 0; i < c->n; i++) {
     /* |x| in [0.5, 8): 0.5 * 2^[0, 4) */
-    set(dt, c->x, i, rng_signed(&rng, 1.f, 2.f) * 0.5f * (float)(1u << (rng_next(&rng) % 4)));
-    set(dt, c->res, i, rng_signed(&rng, 0.01f, 1.f));
-    set(dt, c->dy, i, rng_signed(&rng, 0.01f, 2.f));
+    gt_set(dt, c->x, i, rng_signed(&rng, 1.f, 2.f) * 0.5f * (float)(1u << (gt_rng_next(&rng) % 4)));
+    gt_set(dt, c->res, i, rng_signed(&rng, 0.01f, 1.f));
+    gt_set(dt, c->dy, i, rng_signed(&rng, 0.01f, 2.f));
   }
   for (int j = 0; j < cols; j++)
-    set(dt, c->bias, (size_t)j, rng_signed(&rng, 0.01f, 0.25f));
+    gt_set(dt, c->bias, (size_t)j, rng_signed(&rng, 0.01f, 0.25f));
   c->kept = dref_mask(c->keep, c->n, p, training, seed, offset);
   return 0;
 }
@@ -168,8 +140,8 @@ static double half_sub(kiln_dtype dt) {
 /* v (fp32) rounded to the dtype and widened back: what a store then a load gives. */
 static double round_to(kiln_dtype dt, float v) {
   unsigned char buf[4];
-  set(dt, buf, 0, v);
-  return dref_get(dt, buf, 0);
+  gt_set(dt, buf, 0, v);
+  return gt_get(dt, buf, 0);
 }
 
 void dref_want(const dref_case *c, int bwd, size_t i, double *want, double *tol) {
@@ -177,7 +149,7 @@ void dref_want(const dref_case *c, int bwd, size_t i, double *want, double *tol)
   const int identity = !c->training || c->p == 0.f;
   const double s = 1.0 / (1.0 - (double)c->p);
   if (bwd) {
-    const double d = dref_get(dt, c->dy, i);
+    const double d = gt_get(dt, c->dy, i);
     if (identity || !c->keep[i]) {
       *want = identity ? d : 0.0;
       *tol = 0;
@@ -189,8 +161,8 @@ void dref_want(const dref_case *c, int bwd, size_t i, double *want, double *tol)
            half_sub(dt) + 0x1p-50 * fabs(*want);
     return;
   }
-  const float xf = (float)dref_get(dt, c->x, i), rf = (float)dref_get(dt, c->res, i);
-  const float bf = c->has_bias ? (float)dref_get(dt, c->bias, i % (size_t)c->cols) : 0.f;
+  const float xf = (float)gt_get(dt, c->x, i), rf = (float)gt_get(dt, c->res, i);
+  const float bf = c->has_bias ? (float)gt_get(dt, c->bias, i % (size_t)c->cols) : 0.f;
   const float t = xf + bf; /* fp32, as the kernel: FLT_EVAL_METHOD 0 on the hosts kiln supports */
   if (identity) {
     const float sum = t + rf;
@@ -215,7 +187,7 @@ void dref_check(const dref_case *c, int bwd, const void *got, dref_result *r) {
   memset(r, 0, sizeof *r);
   r->first = (size_t)-1;
   for (size_t i = 0; i < c->n; i++) {
-    const double g = dref_get(c->dt, got, i);
+    const double g = gt_get(c->dt, got, i);
     double want, tol;
     int ok, kept;
     dref_want(c, bwd, i, &want, &tol);
@@ -226,7 +198,7 @@ void dref_check(const dref_case *c, int bwd, const void *got, dref_result *r) {
       if (ok && fabs(g - want) / tol > r->worst) r->worst = fabs(g - want) / tol;
     }
     /* the kept set, read back from the output alone */
-    kept = bwd ? g != 0.0 : g != dref_get(c->dt, c->res, i);
+    kept = bwd ? g != 0.0 : g != gt_get(c->dt, c->res, i);
     if (!ok) r->bad++;
     if (kept != c->keep[i]) r->mask_bad++;
     if ((!ok || kept != c->keep[i]) && r->first == (size_t)-1) {

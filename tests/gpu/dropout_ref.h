@@ -52,10 +52,6 @@ typedef struct dref_case {
   size_t kept;
 } dref_case;
 
-size_t dref_dtype_size(kiln_dtype dt);
-/* Element i of a dt tensor, widened exactly. */
-double dref_get(kiln_dtype dt, const void *p, size_t i);
-
 /* Makes the inputs (from data_seed) and the mask; 0, or -1 out of memory. */
 int dref_make(dref_case *c, kiln_dtype dt, long long rows, int cols, int has_bias, float p,
               int training, uint64_t seed, uint64_t offset, uint64_t data_seed);

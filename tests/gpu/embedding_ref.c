@@ -5,44 +5,12 @@
 #include <stdlib.h> /* calloc, free */
 #include <string.h> /* memcpy */
 
-#include "common/half.h" /* kiln_f32_to_f16, ... */
-
-uint64_t ref_rand(uint64_t *s) {
-  uint64_t x = *s;
-  x ^= x >> 12;
-  x ^= x << 25;
-  x ^= x >> 27;
-  *s = x;
-  return x * 0x2545F4914F6CDD1DULL;
-}
-
-static double unit(uint64_t *s) { /* [0, 1) */
-  return (double)(ref_rand(s) >> 11) * (1.0 / 9007199254740992.0);
-}
-
-unsigned ref_esize(kiln_dtype dt) {
-  return dt == KILN_F32 ? 4u : 2u;
-}
-
-static void put(kiln_dtype dt, void *h, size_t i, float v) {
-  if (dt == KILN_F32) {
-    ((float *)h)[i] = v;
-  } else {
-    uint16_t b = dt == KILN_F16 ? kiln_f32_to_f16(v) : kiln_f32_to_bf16(v);
-    ((uint16_t *)h)[i] = b;
-  }
-}
-
-double ref_get(kiln_dtype dt, const void *h, size_t i) {
-  if (dt == KILN_F32) return ((const float *)h)[i];
-  if (dt == KILN_F16) return kiln_f16_to_f32(((const uint16_t *)h)[i]);
-  return kiln_bf16_to_f32(((const uint16_t *)h)[i]);
-}
+#include "tests/gpu/harness.h" /* elements of a dtype, xorshift64* */
 
 void ref_fill(kiln_dtype dt, void *h, size_t n, double scale, uint64_t *seed) {
   for (size_t i = 0; i < n; i++) {
-    double m = 1.0 / 64 + unit(seed) * (1.0 - 1.0 / 64);
-    put(dt, h, i, (float)((ref_rand(seed) & 1 ? -m : m) * scale));
+    double m = 1.0 / 64 + gt_unit53(gt_rng_next(seed)) * (1.0 - 1.0 / 64);
+    gt_set(dt, h, i, (float)((gt_rng_next(seed) & 1 ? -m : m) * scale));
   }
 }
 
@@ -50,12 +18,12 @@ void ref_ids(int64_t *ids, long long n, long long vocab_size, long long lo, long
              double outside, uint64_t *seed) {
   const int room = lo > 0 || hi < vocab_size;
   for (long long t = 0; t < n; t++) {
-    if (room && unit(seed) < outside) {
+    if (room && gt_unit53(gt_rng_next(seed)) < outside) {
       long long other = vocab_size - (hi - lo); /* ids outside [lo, hi) */
-      long long k = (long long)(ref_rand(seed) % (uint64_t)other);
+      long long k = (long long)(gt_rng_next(seed) % (uint64_t)other);
       ids[t] = k < lo ? k : hi + (k - lo);
     } else {
-      ids[t] = lo + (long long)(ref_rand(seed) % (uint64_t)(hi - lo));
+      ids[t] = lo + (long long)(gt_rng_next(seed) % (uint64_t)(hi - lo));
     }
   }
 }
@@ -65,7 +33,7 @@ void ref_fwd(double *y, const int64_t *ids, kiln_dtype dt, const void *weight, l
   for (long long t = 0; t < n; t++)
     for (int c = 0; c < hidden; c++) {
       const int in = ids[t] >= vs && ids[t] < ve;
-      y[t * hidden + c] = in ? ref_get(dt, weight, (size_t)((ids[t] - vs) * hidden + c)) : 0.0;
+      y[t * hidden + c] = in ? gt_get(dt, weight, (size_t)((ids[t] - vs) * hidden + c)) : 0.0;
     }
 }
 
@@ -81,7 +49,7 @@ void ref_bwd(double *dw, double *tol, const float *dw0, kiln_dtype dt, const voi
     const long long r = ids[t] - vs;
     cnt[r]++;
     for (int c = 0; c < hidden; c++) {
-      const double v = ref_get(dt, dy, (size_t)(t * hidden + c));
+      const double v = gt_get(dt, dy, (size_t)(t * hidden + c));
       dw[r * hidden + c] += v;
       abs_sum[r * hidden + c] += fabs(v);
     }
@@ -106,7 +74,7 @@ void ref_bwd_sorted_f32(float *dw, const float *dw0, kiln_dtype dt, const void *
     if (ids[t] < vs || ids[t] >= ve) continue;
     const long long r = ids[t] - vs;
     for (int c = 0; c < hidden; c++) {
-      volatile float s = acc[r * hidden + c] + (float)ref_get(dt, dy, (size_t)(t * hidden + c));
+      volatile float s = acc[r * hidden + c] + (float)gt_get(dt, dy, (size_t)(t * hidden + c));
       acc[r * hidden + c] = s;
     }
   }

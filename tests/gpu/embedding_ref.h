@@ -16,12 +16,8 @@
 
 #include "kiln/ops.h" /* kiln_dtype */
 
-uint64_t ref_rand(uint64_t *s);
 /* n nonzero values in [-1, -1/64] U [1/64, 1] (times scale), stored as dt in h. */
 void ref_fill(kiln_dtype dt, void *h, size_t n, double scale, uint64_t *seed);
-/* Element i of h (of dt) as a double. */
-double ref_get(kiln_dtype dt, const void *h, size_t i);
-unsigned ref_esize(kiln_dtype dt);
 
 /* ids: n_tokens ids of [0, vocab_size), every row of [lo, hi) likely; a
  * fraction `outside` (0..1) of them outside [lo, hi) when the vocabulary has

@@ -3,42 +3,16 @@
 
 #include <math.h>
 
-#include "common/half.h" /* f16/bf16 conversions, as libkiln does them */
+#include "tests/gpu/harness.h" /* elements of a dtype, xorshift64* */
 
 #define REF_CALC 0x1p-20 /* x (|x0| + |x1|): sin/cos to ~1e-7, fp32 products and sums */
-
-static uint64_t rng_next(uint64_t *s) { /* xorshift64* */
-  *s ^= *s >> 12;
-  *s ^= *s << 25;
-  *s ^= *s >> 27;
-  return *s * 0x2545F4914F6CDD1DULL;
-}
-
-size_t rope_ref_dtype_size(kiln_dtype dt) {
-  return dt == KILN_F32 ? 4 : 2;
-}
-
-double rope_ref_get(kiln_dtype dt, const void *p, size_t i) {
-  if (dt == KILN_F32) return ((const float *)p)[i];
-  if (dt == KILN_F16) return kiln_f16_to_f32(((const uint16_t *)p)[i]);
-  return kiln_bf16_to_f32(((const uint16_t *)p)[i]);
-}
-
-static void set(kiln_dtype dt, void *p, size_t i, float v) {
-  if (dt == KILN_F32)
-    ((float *)p)[i] = v;
-  else if (dt == KILN_F16)
-    ((uint16_t *)p)[i] = kiln_f32_to_f16(v);
-  else
-    ((uint16_t *)p)[i] = kiln_f32_to_bf16(v);
-}
 
 void rope_ref_fill(kiln_dtype dt, void *x, size_t n, uint64_t seed) {
   uint64_t st = seed ? seed : 1;
   for (size_t i = 0; i < n; i++) {
-    const double u = (double)(rng_next(&st) >> 11) * 0x1p-53;
+    const double u = gt_unit53(gt_rng_next(&st));
     const float m = (float)(1.0 / 64 + u * (1 - 1.0 / 64));
-    set(dt, x, i, (rng_next(&st) & 1) ? -m : m);
+    gt_set(dt, x, i, (gt_rng_next(&st) & 1) ? -m : m);
   }
 }
 
@@ -68,7 +42,7 @@ void rope_ref(kiln_dtype dt, kiln_rope_layout layout, kiln_rope_style style, int
         const size_t i0 = row + (style == KILN_ROPE_INTERLEAVED ? 2 * i : i);
         const size_t i1 = row + (style == KILN_ROPE_INTERLEAVED ? 2 * i + 1 : i + half);
         const double a = angles[(size_t)p * half + i], c = cos(a), sn = bwd ? -sin(a) : sin(a);
-        const double x0 = rope_ref_get(dt, x, i0), x1 = rope_ref_get(dt, x, i1);
+        const double x0 = gt_get(dt, x, i0), x1 = gt_get(dt, x, i1);
         const double mag = fabs(x0) + fabs(x1);
         if (roundtrip) { /* x itself; y rounded to dt in between, then rotated back */
           out[i0] = x0;
@@ -82,7 +56,7 @@ void rope_ref(kiln_dtype dt, kiln_rope_layout layout, kiln_rope_style style, int
         tol[i1] = fabs(out[i1]) * r + mag * REF_CALC + tiny;
       }
       for (int f = sh->rot; f < d; f++) {
-        out[row + f] = rope_ref_get(dt, x, row + f);
+        out[row + f] = gt_get(dt, x, row + f);
         tol[row + f] = -1;
       }
     }
@@ -94,10 +68,10 @@ size_t rope_ref_check(kiln_dtype dt, const void *got, const void *x, const doubl
   size_t bad = 0;
   *worst = 0;
   for (size_t i = 0; i < n; i++) {
-    const double g = rope_ref_get(dt, got, i);
+    const double g = gt_get(dt, got, i);
     int ok;
     if (tol[i] < 0) {
-      ok = g == rope_ref_get(dt, x, i);
+      ok = g == gt_get(dt, x, i);
     } else {
       const double e = fabs(g - ref[i]);
       ok = e <= tol[i]; /* false for NaN */

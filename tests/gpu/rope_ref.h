@@ -24,8 +24,6 @@ typedef struct rope_shape {
 void rope_ref_fill(kiln_dtype dt, void *x, size_t n, uint64_t seed);
 /* angles [s, rot/2] of sh. */
 void rope_ref_angles(const rope_shape *sh, float *angles);
-size_t rope_ref_dtype_size(kiln_dtype dt);
-double rope_ref_get(kiln_dtype dt, const void *p, size_t i);
 
 /* out[i] and tol[i] (tol < 0: must equal the input exactly) of the forward
  * (bwd = 0) or backward (bwd = 1) of x under layout/style; roundtrip = 1

@@ -6,7 +6,7 @@
 #include <stdlib.h> /* calloc, free */
 #include <string.h> /* memset */
 
-#include "common/half.h" /* f16/bf16 conversions, as libkiln does them */
+#include "tests/gpu/harness.h" /* elements of a dtype, xorshift64* */
 
 /* Tolerances, as a fraction of the reference (see ref_case_make). */
 #define REF_F32_REL 1e-5     /* fp32 arithmetic, ex2.approx, sums of up to ~50 terms deep */
@@ -21,37 +21,9 @@ long long ref_rows(const ref_shape *s) {
   return (long long)s->b * s->heads * s->sq;
 }
 
-size_t ref_dtype_size(kiln_dtype dt) {
-  return dt == KILN_F32 ? 4 : 2;
-}
-
-double ref_get(kiln_dtype dt, const void *p, size_t i) {
-  if (dt == KILN_F32) return ((const float *)p)[i];
-  if (dt == KILN_F16) return kiln_f16_to_f32(((const uint16_t *)p)[i]);
-  return kiln_bf16_to_f32(((const uint16_t *)p)[i]);
-}
-
-void ref_set(kiln_dtype dt, void *p, size_t i, float v) {
-  if (dt == KILN_F32)
-    ((float *)p)[i] = v;
-  else if (dt == KILN_F16)
-    ((uint16_t *)p)[i] = kiln_f32_to_f16(v);
-  else
-    ((uint16_t *)p)[i] = kiln_f32_to_bf16(v);
-}
-
-static uint64_t rng_next(uint64_t *s) { /* xorshift64* */
-  uint64_t x = *s;
-  x ^= x >> 12;
-  x ^= x << 25;
-  x ^= x >> 27;
-  *s = x;
-  return x * 0x2545F4914F6CDD1DULL;
-}
-
 /* Uniform in [lo, hi). */
 static float rng_uniform(uint64_t *s, float lo, float hi) {
-  return lo + (hi - lo) * (float)((rng_next(s) >> 40) * 0x1p-24);
+  return lo + (hi - lo) * gt_unit24(gt_rng_next(s));
 }
 
 /* The mask row of x's row r (docs/kernels.md, "Mask"). */
@@ -77,7 +49,7 @@ static int masked_at(const ref_case *c, long long r, int j) {
 static void make_mask(ref_case *c, uint64_t *rng) {
   const size_t mrows = (size_t)c->s.mask_batches * c->s.sq, cols = (size_t)c->s.cols;
   for (size_t i = 0; i < c->mask_bytes; i++) {
-    const uint64_t v = rng_next(rng);
+    const uint64_t v = gt_rng_next(rng);
     /* any nonzero byte masks: use 1..255, not just 1 */
     c->mask[i] = (v % 100) < REF_MASK_PERCENT ? (uint8_t)(1 + (v >> 32) % 255) : 0;
   }
@@ -100,11 +72,11 @@ static void make_x(ref_case *c, uint64_t *rng) {
         v = NAN;
       else if (masked_at(c, r, j))
         v = (j & 1) ? NAN : INFINITY;
-      ref_set(c->dt, c->x, i, v);
+      gt_set(c->dt, c->x, i, v);
     }
   }
   if (c->s.unit == REF_PLAIN && cols >= 2 && c->s.scale > 0)
-    ref_set(c->dt, c->x, (size_t)cols / 2, -INFINITY);
+    gt_set(c->dt, c->x, (size_t)cols / 2, -INFINITY);
 }
 
 static double rel_tol(kiln_dtype dt) {
@@ -119,7 +91,7 @@ static double abs_tol(kiln_dtype dt) {
  * causal limit, masked, or -inf itself). */
 static double participant(const ref_case *c, long long r, int j, int lim) {
   if (j >= lim || masked_at(c, r, j)) return -INFINITY;
-  return (double)c->s.scale * ref_get(c->dt, c->x, (size_t)r * c->s.cols + j);
+  return (double)c->s.scale * gt_get(c->dt, c->x, (size_t)r * c->s.cols + j);
 }
 
 /* y = softmax over the participating set, 0 elsewhere (exactly). */
@@ -158,13 +130,13 @@ static void reference_backward(ref_case *c) {
     const size_t base = (size_t)r * cols;
     double s = 0, sabs = 0;
     for (int j = 0; j < lim; j++) {
-      const double p = ref_get(c->dt, c->y_in, base + j) * ref_get(c->dt, c->dy, base + j);
+      const double p = gt_get(c->dt, c->y_in, base + j) * gt_get(c->dt, c->dy, base + j);
       s += p;
       sabs += fabs(p);
     }
     for (int j = 0; j < cols; j++) {
-      const double y = j < lim ? ref_get(c->dt, c->y_in, base + j) : 0;
-      const double g = j < lim ? ref_get(c->dt, c->dy, base + j) : 0;
+      const double y = j < lim ? gt_get(c->dt, c->y_in, base + j) : 0;
+      const double g = j < lim ? gt_get(c->dt, c->dy, base + j) : 0;
       if (j >= lim || y == 0) { /* 0 * finite, or never read: exactly 0 */
         c->dx_ref[base + j] = 0;
         c->dx_tol[base + j] = -1;
@@ -187,8 +159,8 @@ static void make_bwd_inputs(ref_case *c, uint64_t *rng) {
     for (int j = 0; j < c->s.cols; j++) {
       const size_t i = (size_t)r * c->s.cols + j;
       const float g = rng_uniform(rng, -1.f, 1.f);
-      ref_set(c->dt, c->y_in, i, j < lim ? (float)c->y_ref[i] : NAN);
-      ref_set(c->dt, c->dy, i, j < lim ? g : NAN);
+      gt_set(c->dt, c->y_in, i, j < lim ? (float)c->y_ref[i] : NAN);
+      gt_set(c->dt, c->dy, i, j < lim ? g : NAN);
     }
   }
 }
@@ -201,7 +173,7 @@ int ref_case_make(ref_case *c, const ref_shape *s, kiln_dtype dt, uint64_t seed)
   c->dt = dt;
   c->rows = ref_rows(s);
   c->n = (size_t)c->rows * (size_t)s->cols;
-  es = ref_dtype_size(dt);
+  es = gt_dtype_size(dt);
   c->mask_bytes = s->unit == REF_MASKED ? (size_t)s->mask_batches * s->sq * s->cols : 0;
   c->x = calloc(c->n, es);
   c->y_in = calloc(c->n, es);
@@ -242,7 +214,7 @@ size_t ref_check(const ref_case *c, const void *got, const double *ref, const do
   size_t bad = 0;
   *worst = 0;
   for (size_t i = 0; i < c->n; i++) {
-    const double g = ref_get(c->dt, got, i);
+    const double g = gt_get(c->dt, got, i);
     int ok;
     if (tol[i] < 0) {
       ok = g == 0; /* either sign; NaN is not */

@@ -49,11 +49,6 @@ typedef struct ref_mismatch {
 } ref_mismatch;
 
 long long ref_rows(const ref_shape *s);
-size_t ref_dtype_size(kiln_dtype dt);
-/* Element i of a dt tensor, widened exactly. */
-double ref_get(kiln_dtype dt, const void *p, size_t i);
-/* Stores v rounded to nearest even into element i. */
-void ref_set(kiln_dtype dt, void *p, size_t i, float v);
 
 /* Makes the inputs and both references; 0, or -1 when out of memory. */
 int ref_case_make(ref_case *c, const ref_shape *s, kiln_dtype dt, uint64_t seed);

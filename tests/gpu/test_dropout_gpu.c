@@ -20,35 +20,23 @@
  * Environment: KILN_CACHE_DIR (else a temp cache, built on first use);
  * KILN_GPU_TEST_QUICK=1 keeps only small shapes (for the CPU test double of
  * libcuda named by KILN_CUDA_LIBRARY, which emulates the kernels). */
-#include <ftw.h>    /* nftw, to remove the temp cache */
 #include <math.h>   /* NAN, ceil, sqrt */
 #include <stdio.h>  /* printf, snprintf */
-#include <stdlib.h> /* getenv, mkdtemp, malloc */
-#include <string.h> /* memcmp, memset, strcmp */
+#include <stdlib.h> /* malloc */
+#include <string.h> /* memcmp, memset */
 
-#include "kiln/loader.h"           /* kiln_loader_open, kiln_loader_function */
+#include "kiln/loader.h"           /* kiln_loader_function */
 #include "kiln/ops.h"              /* the ops under test */
 #include "loader/driver.h"         /* kiln_cuda: the driver table, for direct launches */
 #include "tests/gpu/device.h"      /* device buffers with poisoned guards */
 #include "tests/gpu/dropout_ref.h" /* Philox, inputs and the reference */
+#include "tests/gpu/harness.h"     /* the run, counters, einval checks, elements */
 
-#define SKIP 77
 #define QUICK_MAX_ELEMS 40000 /* KILN_GPU_TEST_QUICK: largest rows * cols of the suite */
 
-static int g_quick;
-static int g_pass, g_fail;
 static uint64_t g_seed = 0x6b696c6e2d64726fULL;
 
 static const kiln_dtype kDtypes[] = {KILN_F32, KILN_F16, KILN_BF16};
-
-static void pass(const char *fmt, const char *what) {
-  g_pass++;
-  printf("ok   %s%s\n", fmt, what);
-}
-static void failf(const char *what, const char *msg) {
-  g_fail++;
-  printf("FAIL %s: %s\n", what, msg);
-}
 
 static uint64_t next_seed(void) { /* splitmix64 */
   uint64_t z = (g_seed += 0x9E3779B97F4A7C15ULL);
@@ -69,7 +57,7 @@ typedef struct dten {
 
 static int dten_alloc(dten *t, kiln_dtype dt, size_t n, size_t shift, char *msg, size_t cap) {
   memset(t, 0, sizeof *t);
-  t->es = dref_dtype_size(dt);
+  t->es = gt_dtype_size(dt);
   t->n = n;
   t->shift = shift;
   if (!(t->h = malloc((n + shift) * t->es))) {
@@ -96,13 +84,14 @@ static int dten_put(dten *t, const void *src, char *msg, size_t cap) {
 }
 
 static int dten_get(dten *t, void *dst, const char *name, char *msg, size_t cap) {
+  const size_t before = t->shift * t->es;
+  size_t i;
   if (!dev_get(&t->b, t->h, name, msg, cap)) return 0;
-  for (size_t i = 0; i < t->shift * t->es; i++)
-    if (t->h[i] != 0xFF) {
-      snprintf(msg, cap, "wrote before the start of %s (byte %zu of the %zu before it)", name, i,
-               t->shift * t->es);
-      return 0;
-    }
+  if ((i = gt_first_not_ff(t->h, before)) < before) {
+    snprintf(msg, cap, "wrote before the start of %s (byte %zu of the %zu before it)", name, i,
+             before);
+    return 0;
+  }
   memcpy(dst, t->h + t->shift * t->es, t->n * t->es);
   return 1;
 }
@@ -146,7 +135,7 @@ static void bufs_free(case_bufs *b) {
 
 static int bufs_alloc(case_bufs *b, const dref_case *c, size_t shift, char *msg, size_t cap) {
   memset(b, 0, sizeof *b);
-  if (!(b->scratch = malloc(c->n * dref_dtype_size(c->dt)))) {
+  if (!(b->scratch = malloc(c->n * gt_dtype_size(c->dt)))) {
     snprintf(msg, cap, "out of host memory");
     return 0;
   }
@@ -221,22 +210,19 @@ static void report(const char *dir, const char *shape, const dref_case *c, int b
                    const char *msg, const void *got) {
   dref_result r;
   if (!ran) {
-    g_fail++;
-    printf("FAIL %s %s: %s\n", dir, shape, msg);
+    gt_fail("%s %s: %s", dir, shape, msg);
     return;
   }
   dref_check(c, bwd, got, &r);
   if (r.bad == 0 && r.mask_bad == 0) {
-    g_pass++;
-    printf("ok   %s %s  (kept %zu of %zu, worst %.2f of tolerance)\n", dir, shape, c->kept, c->n,
-           r.worst);
+    gt_pass("%s %s  (kept %zu of %zu, worst %.2f of tolerance)", dir, shape, c->kept, c->n,
+            r.worst);
     return;
   }
-  g_fail++;
-  printf("FAIL %s %s: %zu values wrong, %zu kept/dropped wrong; first [%zu] = %.9g, want %.9g "
-         "+- %.3g (reference %s)\n",
-         dir, shape, r.bad, r.mask_bad, r.first, r.got, r.want, r.tol,
-         c->keep[r.first] ? "keeps it" : "drops it");
+  gt_fail("%s %s: %zu values wrong, %zu kept/dropped wrong; first [%zu] = %.9g, want %.9g "
+          "+- %.3g (reference %s)",
+          dir, shape, r.bad, r.mask_bad, r.first, r.got, r.want, r.tol,
+          c->keep[r.first] ? "keeps it" : "drops it");
 }
 
 /* Runs one shape in one dtype; y and dx (host, n elements, may be NULL) get
@@ -251,13 +237,13 @@ static int run_case(kiln_loader *l, const bda_shape *s, kiln_dtype dt, uint64_t 
   shape_str(s, dt, shape, sizeof shape);
   if (dref_make(&c, dt, s->rows, s->cols, s->bias, s->p, s->training, seed, offset, next_seed()) !=
       0) {
-    failf(shape, "out of host memory");
+    gt_fail("%s: out of host memory", shape);
     return 0;
   }
-  y = y_out ? y_out : malloc(c.n * dref_dtype_size(dt));
-  dx = dx_out ? dx_out : malloc(c.n * dref_dtype_size(dt));
+  y = y_out ? y_out : malloc(c.n * gt_dtype_size(dt));
+  dx = dx_out ? dx_out : malloc(c.n * gt_dtype_size(dt));
   if (!y || !dx || !bufs_alloc(&b, &c, (size_t)s->shift, msg, sizeof msg)) {
-    failf(shape, msg[0] ? msg : "out of host memory");
+    gt_fail("%s: %s", shape, msg[0] ? msg : "out of host memory");
     goto out_nobufs;
   }
   fwd_ok = run_fwd(l, &c, s->inplace, &b, y, msg, sizeof msg);
@@ -268,15 +254,13 @@ static int run_case(kiln_loader *l, const bda_shape *s, kiln_dtype dt, uint64_t 
   if (fwd_ok && bwd_ok) { /* the backward regenerates the forward's mask */
     size_t diff = 0;
     for (size_t i = 0; i < c.n; i++)
-      diff += (dref_get(dt, y, i) != dref_get(dt, c.res, i)) != (dref_get(dt, dx, i) != 0.0);
+      diff += (gt_get(dt, y, i) != gt_get(dt, c.res, i)) != (gt_get(dt, dx, i) != 0.0);
     if (diff) {
-      g_fail++;
-      printf("FAIL mask %s: dx is 0 at %zu elements where y has the x term, or not 0 where it "
-             "lacks it\n",
-             shape, diff);
+      gt_fail("mask %s: dx is 0 at %zu elements where y has the x term, or not 0 where it "
+              "lacks it",
+              shape, diff);
     } else {
-      g_pass++;
-      printf("ok   mask %s: dx == 0 exactly where y == residual\n", shape);
+      gt_pass("mask %s: dx == 0 exactly where y == residual", shape);
     }
   }
   bufs_free(&b);
@@ -292,23 +276,12 @@ out_nobufs:
 static void check_kat(void) {
   char msg[256];
   if (dref_philox_kat(msg, sizeof msg))
-    pass("philox4x32-10 known answers (Random123): reference matches all three", "");
+    gt_pass("philox4x32-10 known answers (Random123): reference matches all three");
   else
-    failf("philox4x32-10 known answers", msg);
+    gt_fail("philox4x32-10 known answers: %s", msg);
 }
 
 /* ---- 2. invalid arguments ---------------------------------------------------------- */
-
-static void expect_einval(const char *what, kiln_status st) {
-  if (st == KILN_EINVAL && kiln_last_error()[0]) {
-    g_pass++;
-    printf("ok   einval %s: %s\n", what, kiln_last_error());
-  } else {
-    g_fail++;
-    printf("FAIL einval %s: returned %s (%s), want KILN_EINVAL with a message\n", what,
-           kiln_status_str(st), kiln_last_error());
-  }
-}
 
 /* Every call is invalid in exactly one argument; none may launch, so the
  * poisoned outputs must come back untouched. */
@@ -316,63 +289,50 @@ static void check_invalid_args(kiln_loader *l) {
   enum { ROWS = 4, COLS = 8, N = ROWS * COLS };
   const kiln_dtype f32 = KILN_F32, bad = (kiln_dtype)7;
   const uint64_t sd = 1, of = 2;
-  unsigned char host[N * 4];
+  const size_t bytes = N * 4; /* the output, f32 */
   char msg[256] = "";
   dbuf out = {0, 0}, in = {0, 0};
   void *o, *i;
-  if (!dev_alloc(&out, sizeof host, msg, sizeof msg) ||
-      !dev_alloc(&in, sizeof host, msg, sizeof msg)) {
-    failf("einval", msg);
+  if (!dev_alloc(&out, bytes, msg, sizeof msg) || !dev_alloc(&in, bytes, msg, sizeof msg)) {
+    gt_fail("einval: %s", msg);
     goto out;
   }
   o = dptr(out.p);
   i = dptr(in.p);
 #define FWD(...) kiln_bias_dropout_add_fwd(__VA_ARGS__, NULL)
 #define BWD(...) kiln_bias_dropout_add_bwd(__VA_ARGS__, NULL)
-  expect_einval("fwd loader=NULL", FWD(NULL, f32, o, i, i, i, ROWS, COLS, .5f, sd, of, 1));
-  expect_einval("fwd dtype=7", FWD(l, bad, o, i, i, i, ROWS, COLS, .5f, sd, of, 1));
-  expect_einval("fwd y=NULL", FWD(l, f32, NULL, i, i, i, ROWS, COLS, .5f, sd, of, 1));
-  expect_einval("fwd x=NULL", FWD(l, f32, o, NULL, i, i, ROWS, COLS, .5f, sd, of, 1));
-  expect_einval("fwd residual=NULL", FWD(l, f32, o, i, i, NULL, ROWS, COLS, .5f, sd, of, 1));
-  expect_einval("fwd rows=0", FWD(l, f32, o, i, i, i, 0, COLS, .5f, sd, of, 1));
-  expect_einval("fwd rows=-1", FWD(l, f32, o, i, i, i, -1, COLS, .5f, sd, of, 1));
-  expect_einval("fwd cols=0", FWD(l, f32, o, i, i, i, ROWS, 0, .5f, sd, of, 1));
-  expect_einval("fwd cols=-3", FWD(l, f32, o, i, i, i, ROWS, -3, .5f, sd, of, 1));
-  expect_einval("fwd rows*cols*4 overflows",
-                FWD(l, f32, o, i, i, i, 0x4000000000000000LL, 2, .5f, sd, of, 1));
-  expect_einval("fwd p=-0.1", FWD(l, f32, o, i, i, i, ROWS, COLS, -.1f, sd, of, 1));
-  expect_einval("fwd p=1", FWD(l, f32, o, i, i, i, ROWS, COLS, 1.f, sd, of, 1));
-  expect_einval("fwd p=1.5", FWD(l, f32, o, i, i, i, ROWS, COLS, 1.5f, sd, of, 1));
-  expect_einval("fwd p=NaN", FWD(l, f32, o, i, i, i, ROWS, COLS, NAN, sd, of, 1));
-  expect_einval("fwd p=1 training=0", FWD(l, f32, o, i, i, i, ROWS, COLS, 1.f, sd, of, 0));
-  expect_einval("fwd training=2", FWD(l, f32, o, i, i, i, ROWS, COLS, .5f, sd, of, 2));
-  expect_einval("bwd loader=NULL", BWD(NULL, f32, o, i, ROWS, COLS, .5f, sd, of, 1));
-  expect_einval("bwd dtype=7", BWD(l, bad, o, i, ROWS, COLS, .5f, sd, of, 1));
-  expect_einval("bwd dx=NULL", BWD(l, f32, NULL, i, ROWS, COLS, .5f, sd, of, 1));
-  expect_einval("bwd dy=NULL", BWD(l, f32, o, NULL, ROWS, COLS, .5f, sd, of, 1));
-  expect_einval("bwd rows=0", BWD(l, f32, o, i, 0, COLS, .5f, sd, of, 1));
-  expect_einval("bwd cols=0", BWD(l, f32, o, i, ROWS, 0, .5f, sd, of, 1));
-  expect_einval("bwd rows*cols*2 overflows",
-                BWD(l, KILN_F16, o, i, 0x4000000000000000LL, 4, .5f, sd, of, 1));
-  expect_einval("bwd p=-1e-9", BWD(l, f32, o, i, ROWS, COLS, -1e-9f, sd, of, 1));
-  expect_einval("bwd p=1", BWD(l, f32, o, i, ROWS, COLS, 1.f, sd, of, 1));
-  expect_einval("bwd p=NaN", BWD(l, f32, o, i, ROWS, COLS, NAN, sd, of, 1));
-  expect_einval("bwd training=-1", BWD(l, f32, o, i, ROWS, COLS, .5f, sd, of, -1));
+  gt_expect_einval("fwd loader=NULL", FWD(NULL, f32, o, i, i, i, ROWS, COLS, .5f, sd, of, 1));
+  gt_expect_einval("fwd dtype=7", FWD(l, bad, o, i, i, i, ROWS, COLS, .5f, sd, of, 1));
+  gt_expect_einval("fwd y=NULL", FWD(l, f32, NULL, i, i, i, ROWS, COLS, .5f, sd, of, 1));
+  gt_expect_einval("fwd x=NULL", FWD(l, f32, o, NULL, i, i, ROWS, COLS, .5f, sd, of, 1));
+  gt_expect_einval("fwd residual=NULL", FWD(l, f32, o, i, i, NULL, ROWS, COLS, .5f, sd, of, 1));
+  gt_expect_einval("fwd rows=0", FWD(l, f32, o, i, i, i, 0, COLS, .5f, sd, of, 1));
+  gt_expect_einval("fwd rows=-1", FWD(l, f32, o, i, i, i, -1, COLS, .5f, sd, of, 1));
+  gt_expect_einval("fwd cols=0", FWD(l, f32, o, i, i, i, ROWS, 0, .5f, sd, of, 1));
+  gt_expect_einval("fwd cols=-3", FWD(l, f32, o, i, i, i, ROWS, -3, .5f, sd, of, 1));
+  gt_expect_einval("fwd rows*cols*4 overflows",
+                   FWD(l, f32, o, i, i, i, 0x4000000000000000LL, 2, .5f, sd, of, 1));
+  gt_expect_einval("fwd p=-0.1", FWD(l, f32, o, i, i, i, ROWS, COLS, -.1f, sd, of, 1));
+  gt_expect_einval("fwd p=1", FWD(l, f32, o, i, i, i, ROWS, COLS, 1.f, sd, of, 1));
+  gt_expect_einval("fwd p=1.5", FWD(l, f32, o, i, i, i, ROWS, COLS, 1.5f, sd, of, 1));
+  gt_expect_einval("fwd p=NaN", FWD(l, f32, o, i, i, i, ROWS, COLS, NAN, sd, of, 1));
+  gt_expect_einval("fwd p=1 training=0", FWD(l, f32, o, i, i, i, ROWS, COLS, 1.f, sd, of, 0));
+  gt_expect_einval("fwd training=2", FWD(l, f32, o, i, i, i, ROWS, COLS, .5f, sd, of, 2));
+  gt_expect_einval("bwd loader=NULL", BWD(NULL, f32, o, i, ROWS, COLS, .5f, sd, of, 1));
+  gt_expect_einval("bwd dtype=7", BWD(l, bad, o, i, ROWS, COLS, .5f, sd, of, 1));
+  gt_expect_einval("bwd dx=NULL", BWD(l, f32, NULL, i, ROWS, COLS, .5f, sd, of, 1));
+  gt_expect_einval("bwd dy=NULL", BWD(l, f32, o, NULL, ROWS, COLS, .5f, sd, of, 1));
+  gt_expect_einval("bwd rows=0", BWD(l, f32, o, i, 0, COLS, .5f, sd, of, 1));
+  gt_expect_einval("bwd cols=0", BWD(l, f32, o, i, ROWS, 0, .5f, sd, of, 1));
+  gt_expect_einval("bwd rows*cols*2 overflows",
+                   BWD(l, KILN_F16, o, i, 0x4000000000000000LL, 4, .5f, sd, of, 1));
+  gt_expect_einval("bwd p=-1e-9", BWD(l, f32, o, i, ROWS, COLS, -1e-9f, sd, of, 1));
+  gt_expect_einval("bwd p=1", BWD(l, f32, o, i, ROWS, COLS, 1.f, sd, of, 1));
+  gt_expect_einval("bwd p=NaN", BWD(l, f32, o, i, ROWS, COLS, NAN, sd, of, 1));
+  gt_expect_einval("bwd training=-1", BWD(l, f32, o, i, ROWS, COLS, .5f, sd, of, -1));
 #undef FWD
 #undef BWD
-  /* nothing ran: the output is still all 0xFF */
-  if (dev_sync("sync after invalid calls", msg, sizeof msg) &&
-      dev_get(&out, host, "out", msg, sizeof msg)) {
-    size_t k = 0;
-    while (k < sizeof host && host[k] == 0xFF)
-      k++;
-    if (k < sizeof host)
-      snprintf(msg, sizeof msg, "an invalid call launched: byte %zu of the output changed", k);
-  }
-  if (msg[0])
-    failf("einval", msg);
-  else
-    pass("einval: no invalid call launched anything", "");
+  gt_expect_untouched(&out);
 out:
   dev_free(&out);
   dev_free(&in);
@@ -399,7 +359,7 @@ static void run_suite(kiln_loader *l) {
   for (size_t si = 0; si < sizeof kShapes / sizeof kShapes[0]; si++) {
     const rc_shape *r = &kShapes[si];
     const long long n = r->rows * r->cols;
-    if (g_quick && n > QUICK_MAX_ELEMS) continue;
+    if (gt_quick() && n > QUICK_MAX_ELEMS) continue;
     for (size_t d = 0; d < 3; d++) {
       /* (a) bias, aligned; (b) no bias, in place on x; (c) bias, shifted (the
        * general path), in place on the residual; big shapes: one of them */
@@ -435,7 +395,7 @@ static void run_identities(kiln_loader *l) {
 static size_t mask_diff(kiln_dtype dt, const void *a, const void *b, size_t n) {
   size_t diff = 0;
   for (size_t i = 0; i < n; i++)
-    diff += (dref_get(dt, a, i) != 0.0) != (dref_get(dt, b, i) != 0.0);
+    diff += (gt_get(dt, a, i) != 0.0) != (gt_get(dt, b, i) != 0.0);
   return diff;
 }
 
@@ -449,8 +409,8 @@ static void check_reproducible(kiln_loader *l) {
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     const bda_shape *s = &cases[k].s;
     const kiln_dtype dt = cases[k].dt;
-    const size_t bytes = (size_t)(s->rows * s->cols) * dref_dtype_size(dt),
-                 n = bytes / dref_dtype_size(dt);
+    const size_t bytes = (size_t)(s->rows * s->cols) * gt_dtype_size(dt),
+                 n = bytes / gt_dtype_size(dt);
     const uint64_t seed = next_seed(), offset = next_seed();
     const uint64_t data = g_seed;
     unsigned char *y[2], *dx[4];
@@ -461,7 +421,7 @@ static void check_reproducible(kiln_loader *l) {
     for (int i = 0; i < 4; i++)
       dx[i] = malloc(bytes);
     if (!y[0] || !y[1] || !dx[0] || !dx[1] || !dx[2] || !dx[3]) {
-      failf("reproducible", "out of host memory");
+      gt_fail("reproducible: out of host memory");
       ok = 0;
     }
     /* the same inputs twice (the data seed is rewound), then offset + 1, seed + 1 */
@@ -476,22 +436,18 @@ static void check_reproducible(kiln_loader *l) {
     if (ok) {
       const size_t d_off = mask_diff(dt, dx[0], dx[2], n), d_seed = mask_diff(dt, dx[0], dx[3], n);
       if (memcmp(y[0], y[1], bytes) == 0 && memcmp(dx[0], dx[1], bytes) == 0) {
-        g_pass++;
-        printf("ok   reproducible %s: same (seed, offset), bit-identical y and dx\n", shape);
+        gt_pass("reproducible %s: same (seed, offset), bit-identical y and dx", shape);
       } else {
-        g_fail++;
-        printf("FAIL reproducible %s: same (seed, offset) gave different outputs\n", shape);
+        gt_fail("reproducible %s: same (seed, offset) gave different outputs", shape);
       }
       /* 2p(1-p)n elements are expected to differ: at least a third of that */
       if (3 * d_off >= (size_t)(2 * s->p * (1 - s->p) * n) && d_off > 0 &&
           3 * d_seed >= (size_t)(2 * s->p * (1 - s->p) * n) && d_seed > 0) {
-        g_pass++;
-        printf("ok   streams %s: offset + 1 changes %zu of %zu keep decisions, seed + 1 %zu\n",
-               shape, d_off, n, d_seed);
+        gt_pass("streams %s: offset + 1 changes %zu of %zu keep decisions, seed + 1 %zu", shape,
+                d_off, n, d_seed);
       } else {
-        g_fail++;
-        printf("FAIL streams %s: offset + 1 changes %zu of %zu keep decisions, seed + 1 %zu\n",
-               shape, d_off, n, d_seed);
+        gt_fail("streams %s: offset + 1 changes %zu of %zu keep decisions, seed + 1 %zu", shape,
+                d_off, n, d_seed);
       }
     }
     free(y[0]);
@@ -533,7 +489,7 @@ static void check_launch_shape(kiln_loader *l) {
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     const bda_shape *s = &cases[k].s;
     const kiln_dtype dt = cases[k].dt;
-    const size_t es = dref_dtype_size(dt);
+    const size_t es = gt_dtype_size(dt);
     unsigned char *y0 = NULL, *dx0 = NULL, *got = NULL;
     char shape[160], msg[512] = "", entry[96];
     dref_case c;
@@ -543,7 +499,7 @@ static void check_launch_shape(kiln_loader *l) {
     shape_str(s, dt, shape, sizeof shape);
     if (dref_make(&c, dt, s->rows, s->cols, s->bias, s->p, 1, next_seed(), next_seed(),
                   next_seed()) != 0) {
-      failf("launch shape", "out of host memory");
+      gt_fail("launch shape: out of host memory");
       continue;
     }
     ok = (y0 = malloc(c.n * es)) && (dx0 = malloc(c.n * es)) && (got = malloc(c.n * es)) &&
@@ -582,11 +538,9 @@ static void check_launch_shape(kiln_loader *l) {
       }
     }
     if (ok) {
-      g_pass++;
-      printf("ok   launch shape %s: grids 1, 3, 64 and the launcher's give bit-identical y, dx\n",
-             shape);
+      gt_pass("launch shape %s: grids 1, 3, 64 and the launcher's give bit-identical y, dx", shape);
     } else {
-      failf("launch shape", msg[0] ? msg : "out of host memory");
+      gt_fail("launch shape: %s", msg[0] ? msg : "out of host memory");
     }
     if (b.scratch) bufs_free(&b);
     free(y0);
@@ -600,14 +554,14 @@ static void check_launch_shape(kiln_loader *l) {
 
 static void check_fraction(kiln_loader *l) {
   static const float ps[] = {0.1f, 0.5f, 0.9f};
-  const long long rows = g_quick ? 64 : 16384, cols = 1024;
+  const long long rows = gt_quick() ? 64 : 16384, cols = 1024;
   const size_t n = (size_t)(rows * cols);
   for (size_t k = 0; k < 3; k++) {
     const bda_shape s = {rows, (int)cols, 0, ps[k], 1, INPLACE_NONE, 0};
     float *dx = malloc(n * sizeof *dx);
     size_t kept = 0;
     if (!dx) {
-      failf("fraction", "out of host memory");
+      gt_fail("fraction: out of host memory");
       continue;
     }
     if (run_case(l, &s, KILN_F32, next_seed(), next_seed(), NULL, dx)) {
@@ -617,13 +571,11 @@ static void check_fraction(kiln_loader *l) {
       for (size_t i = 0; i < n; i++)
         kept += dx[i] != 0.f;
       if (fabs((double)kept - (double)n * q) <= 5 * sigma) {
-        g_pass++;
-        printf("ok   fraction p=%g: kept %zu of %zu = %.5f, 1 - p = %.5f, within 5 sigma (%.0f)\n",
-               (double)ps[k], kept, n, (double)kept / (double)n, q, 5 * sigma);
+        gt_pass("fraction p=%g: kept %zu of %zu = %.5f, 1 - p = %.5f, within 5 sigma (%.0f)",
+                (double)ps[k], kept, n, (double)kept / (double)n, q, 5 * sigma);
       } else {
-        g_fail++;
-        printf("FAIL fraction p=%g: kept %zu of %zu = %.5f, 1 - p = %.5f, outside 5 sigma (%.0f)\n",
-               (double)ps[k], kept, n, (double)kept / (double)n, q, 5 * sigma);
+        gt_fail("fraction p=%g: kept %zu of %zu = %.5f, 1 - p = %.5f, outside 5 sigma (%.0f)",
+                (double)ps[k], kept, n, (double)kept / (double)n, q, 5 * sigma);
       }
     }
     free(dx);
@@ -632,63 +584,16 @@ static void check_fraction(kiln_loader *l) {
 
 /* ---- main ------------------------------------------------------------------------------- */
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st;
-  (void)flag;
-  (void)ftw;
-  return remove(path);
-}
-
 int main(void) {
-  kiln_loader_options o = KILN_LOADER_OPTIONS_INIT;
-  kiln_loader *l = NULL;
-  kiln_device_info info;
-  const char *quick = getenv("KILN_GPU_TEST_QUICK"), *tmp = getenv("TMPDIR");
-  const char *env_cache = getenv("KILN_CACHE_DIR");
-  char root[4096], main_cache[4200], msg[512];
-  int n = 0;
-  kiln_status st = kiln_device_count(&n);
-  if (st != KILN_OK || n == 0) {
-    printf("gpu.dropout: skipped: %s\n",
-           st != KILN_OK ? kiln_last_error() : "the driver reports no CUDA device");
-    return SKIP;
+  gt_run r;
+  if (gt_start(&r, "dropout", GT_SHOW_CACHE)) {
+    check_kat();
+    check_invalid_args(r.loader);
+    run_suite(r.loader);
+    run_identities(r.loader);
+    check_reproducible(r.loader);
+    check_launch_shape(r.loader);
+    check_fraction(r.loader);
   }
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  g_quick = quick && *quick && strcmp(quick, "0") != 0;
-  snprintf(root, sizeof root, "%s/kiln-gpu-test-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  if (!mkdtemp(root)) { /* 0700 */
-    perror("gpu.dropout: mkdtemp");
-    return 1;
-  }
-  snprintf(main_cache, sizeof main_cache, "%s/main", root);
-  o.device = 0;
-  o.cache_dir = env_cache && *env_cache ? NULL : main_cache;
-  if ((st = kiln_loader_open(&l, &o)) != KILN_OK ||
-      (st = kiln_loader_device(l, &info)) != KILN_OK) {
-    printf("FAIL open a loader on device 0: %s: %s\n", kiln_status_str(st), kiln_last_error());
-    g_fail++;
-    goto out;
-  }
-  printf("device 0: %s, sm_%d%d, %d SMs, cache %s%s\n", info.name, info.cc_major, info.cc_minor,
-         info.sm_count, o.cache_dir ? o.cache_dir : env_cache, g_quick ? ", quick" : "");
-  /* the loader's context is device 0's primary context: make it current for
-   * the test's own allocations, copies and direct launches */
-  if (!dev_open(0, msg, sizeof msg)) {
-    printf("FAIL make device 0's primary context current: %s\n", msg);
-    g_fail++;
-    goto out;
-  }
-  check_kat();
-  check_invalid_args(l);
-  run_suite(l);
-  run_identities(l);
-  check_reproducible(l);
-  check_launch_shape(l);
-  check_fraction(l);
-out:
-  dev_close();
-  kiln_loader_close(l);
-  nftw(root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-  printf("gpu.dropout: %d passed, %d failed\n", g_pass, g_fail);
-  return g_fail ? 1 : 0;
+  return gt_finish(&r);
 }

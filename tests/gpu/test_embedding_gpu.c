@@ -20,52 +20,27 @@
  *
  * Environment: KILN_CACHE_DIR (else a temp cache); KILN_GPU_TEST_QUICK=1
  * keeps only small shapes (for the CPU test double of libcuda). */
-#include <ftw.h>    /* nftw */
 #include <math.h>   /* fabs, isnan */
-#include <stdarg.h> /* va_list */
 #include <stdio.h>  /* printf */
-#include <stdlib.h> /* getenv, malloc */
+#include <stdlib.h> /* malloc */
 #include <string.h> /* memcmp, strcmp */
 
-#include "kiln/loader.h"             /* kiln_loader_open, kiln_device_count */
+#include "kiln/loader.h"             /* kiln_loader */
 #include "kiln/ops.h"                /* the ops under test */
 #include "tests/gpu/device.h"        /* device buffers with poisoned guards */
 #include "tests/gpu/embedding_ref.h" /* inputs and references */
+#include "tests/gpu/harness.h"       /* the run, counters, elements */
 
-#define SKIP 77
-
-static int g_quick;
-static int g_pass, g_fail;
 static uint64_t g_seed = 0x656d6265646b696cULL;
 
 static const kiln_dtype kDtypes[] = {KILN_F32, KILN_F16, KILN_BF16};
 
-static void report(int ok, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  if (ok) {
-    g_pass++;
-  } else {
-    g_fail++;
-    printf("FAIL ");
-    vprintf(fmt, ap);
-    printf("\n");
-  }
-  va_end(ap);
-}
-
-static int all_ff(const void *p, size_t n) {
-  const unsigned char *b = p;
-  for (size_t i = 0; i < n; i++)
-    if (b[i] != 0xFF) return 0;
-  return 1;
-}
-
 /* ---- 1. invalid arguments ------------------------------------------------------------ */
 
+/* Not harness's gt_expect_einval: like every check here it passes silently. */
 static void expect_einval(const char *what, kiln_status st) {
-  report(st == KILN_EINVAL, "einval %s: got %s (%s)", what, kiln_status_str(st),
-         st == KILN_OK ? "" : kiln_last_error());
+  gt_check(st == KILN_EINVAL, "einval %s: got %s (%s)", what, kiln_status_str(st),
+           st == KILN_OK ? "" : kiln_last_error());
 }
 
 static void check_invalid_args(kiln_loader *l) {
@@ -84,16 +59,16 @@ static void check_invalid_args(kiln_loader *l) {
   if (!dev_alloc(&y, sizeof host, msg, sizeof msg) || !dev_alloc(&w, V * H * 4, msg, sizeof msg) ||
       !dev_alloc(&ids, sizeof hids, msg, sizeof msg) || !dev_alloc(&ws, wsb, msg, sizeof msg) ||
       !dev_put(&ids, hids, msg, sizeof msg)) {
-    report(0, "einval setup: %s", msg);
+    gt_check(0, "einval setup: %s", msg);
     goto out;
   }
   py = dptr(y.p), pw = dptr(w.p), pid = dptr(ids.p), pws = dptr(ws.p);
-  report(kiln_embedding_bwd_workspace_size(N, 0, V, 0) == 0, "atomic workspace is 0 bytes");
-  report(wsb > 0, "deterministic workspace > 0 bytes");
-  report(kiln_embedding_bwd_workspace_size(0, 0, V, 1) == 0 &&
-             kiln_embedding_bwd_workspace_size(N, 5, 5, 1) == 0 &&
-             kiln_embedding_bwd_workspace_size(N, -1, V, 1) == 0,
-         "workspace size of invalid arguments is 0");
+  gt_check(kiln_embedding_bwd_workspace_size(N, 0, V, 0) == 0, "atomic workspace is 0 bytes");
+  gt_check(wsb > 0, "deterministic workspace > 0 bytes");
+  gt_check(kiln_embedding_bwd_workspace_size(0, 0, V, 1) == 0 &&
+               kiln_embedding_bwd_workspace_size(N, 5, 5, 1) == 0 &&
+               kiln_embedding_bwd_workspace_size(N, -1, V, 1) == 0,
+           "workspace size of invalid arguments is 0");
   expect_einval("fwd loader=NULL",
                 kiln_embedding_fwd(NULL, f, py, pid, pw, N, H, 0, V, V, 0, NULL));
   expect_einval("fwd dtype=7", kiln_embedding_fwd(l, bad, py, pid, pw, N, H, 0, V, V, 0, NULL));
@@ -141,11 +116,12 @@ static void check_invalid_args(kiln_loader *l) {
                 kiln_embedding_bwd(l, f, py, pw, pid, N, H, 0, 1LL << 61, 0, NULL, 0, NULL));
   /* nothing ran: y (the bwd's dweight, fwd's y) is still all poison, no data error */
   if (!dev_get(&y, host, "y", msg, sizeof msg))
-    report(0, "einval: %s", msg);
+    gt_check(0, "einval: %s", msg);
   else
-    report(all_ff(host, sizeof host), "einval: an invalid call wrote its output");
-  report(kiln_ops_check(l, NULL) == KILN_OK, "einval: a data error after invalid calls: %s",
-         kiln_last_error());
+    gt_check(gt_first_not_ff(host, sizeof host) == sizeof host,
+             "einval: an invalid call wrote its output");
+  gt_check(kiln_ops_check(l, NULL) == KILN_OK, "einval: a data error after invalid calls: %s",
+           kiln_last_error());
 out:
   dev_free(&y);
   dev_free(&w);
@@ -159,7 +135,7 @@ out:
  * alignment (the general path). */
 static void fwd_case(kiln_loader *l, kiln_dtype dt, long long n, int hidden, long long V,
                      long long vs, long long ve, int off) {
-  const unsigned es = ref_esize(dt);
+  const size_t es = gt_dtype_size(dt);
   const long long rows = ve - vs;
   const size_t ny = (size_t)(n * hidden), nw = (size_t)(rows * hidden);
   char msg[256] = "";
@@ -176,35 +152,35 @@ static void fwd_case(kiln_loader *l, kiln_dtype dt, long long n, int hidden, lon
       !dev_alloc(&w, (nw + 1) * es, msg, sizeof msg) ||
       !dev_alloc(&ids, (size_t)n * 8, msg, sizeof msg) || !dev_put(&w, hw, msg, sizeof msg) ||
       !dev_put(&ids, hid, msg, sizeof msg) || !dev_poison(&y, msg, sizeof msg)) {
-    report(0, "fwd %s setup: %s", kiln_dtype_str(dt), msg);
+    gt_check(0, "fwd %s setup: %s", kiln_dtype_str(dt), msg);
     goto out;
   }
   st = kiln_embedding_fwd(l, dt, (char *)dptr(y.p) + off * es, dptr(ids.p),
                           (char *)dptr(w.p) + off * es, n, hidden, vs, ve, V, KILN_OPS_SYNC_CHECK,
                           NULL);
   if (st != KILN_OK) {
-    report(0, "fwd %s n=%lld hidden=%d [%lld, %lld) of %lld: %s", kiln_dtype_str(dt), n, hidden, vs,
-           ve, V, kiln_last_error());
+    gt_check(0, "fwd %s n=%lld hidden=%d [%lld, %lld) of %lld: %s", kiln_dtype_str(dt), n, hidden,
+             vs, ve, V, kiln_last_error());
     goto out;
   }
   if (!dev_get(&y, hy, "y", msg, sizeof msg)) {
-    report(0, "fwd %s n=%lld hidden=%d: %s", kiln_dtype_str(dt), n, hidden, msg);
+    gt_check(0, "fwd %s n=%lld hidden=%d: %s", kiln_dtype_str(dt), n, hidden, msg);
     goto out;
   }
   ref_fwd(ref, hid, dt, hw + (size_t)off * es, n, hidden, vs, ve);
   for (size_t i = 0; i < ny; i++) {
-    const double g = ref_get(dt, hy + (size_t)off * es, i);
+    const double g = gt_get(dt, hy + (size_t)off * es, i);
     /* a copy: bit-exact, and a zero row is +0 */
     if (g != ref[i] || (ref[i] == 0 && signbit(g))) {
       if (!bad++) first = i;
     }
   }
-  report(!bad && (!off || all_ff(hy, es)),
-         "fwd %s n=%lld hidden=%d [%lld, %lld) of %lld off=%d: %zu wrong, first at %zu (got %g, "
-         "want %g)%s",
-         kiln_dtype_str(dt), n, hidden, vs, ve, V, off, bad, first,
-         bad ? ref_get(dt, hy + (size_t)off * es, first) : 0.0, bad ? ref[first] : 0.0,
-         off && !all_ff(hy, es) ? "; wrote before y" : "");
+  gt_check(!bad && (!off || gt_first_not_ff(hy, es) == es),
+           "fwd %s n=%lld hidden=%d [%lld, %lld) of %lld off=%d: %zu wrong, first at %zu (got %g, "
+           "want %g)%s",
+           kiln_dtype_str(dt), n, hidden, vs, ve, V, off, bad, first,
+           bad ? gt_get(dt, hy + (size_t)off * es, first) : 0.0, bad ? ref[first] : 0.0,
+           off && gt_first_not_ff(hy, es) < es ? "; wrote before y" : "");
 out:
   dev_free(&y);
   dev_free(&w);
@@ -224,10 +200,11 @@ static void run_fwd(kiln_loader *l) {
     big[] = {{8192, 4096, 32000}, {1 << 20, 64, 256000}, {4099, 1023, 50257}, {3, 12288, 5}};
   for (size_t d = 0; d < 3; d++) {
     const kiln_dtype dt = kDtypes[d];
-    const size_t nq = g_quick ? sizeof quick / sizeof *quick : sizeof big / sizeof *big;
+    const size_t nq = gt_quick() ? sizeof quick / sizeof *quick : sizeof big / sizeof *big;
     for (size_t i = 0; i < nq; i++) {
-      const long long n = g_quick ? quick[i].n : big[i].n, V = g_quick ? quick[i].V : big[i].V;
-      const int h = g_quick ? quick[i].hidden : big[i].hidden;
+      const long long n = gt_quick() ? quick[i].n : big[i].n,
+                      V = gt_quick() ? quick[i].V : big[i].V;
+      const int h = gt_quick() ? quick[i].hidden : big[i].hidden;
       fwd_case(l, dt, n, h, V, 0, V, 0);           /* TP = 1 */
       fwd_case(l, dt, n, h, V, V / 2, V, 0);       /* TP = 2, second rank */
       fwd_case(l, dt, n, h, V, 0, (V + 1) / 2, 1); /* first rank, misaligned: general path */
@@ -239,7 +216,7 @@ static void run_fwd(kiln_loader *l) {
 
 static void bad_id_case(kiln_loader *l, kiln_dtype dt, long long badv, int sync) {
   enum { N = 40, H = 16, V = 1000, POS = 17 };
-  const unsigned es = ref_esize(dt);
+  const size_t es = gt_dtype_size(dt);
   char msg[256] = "", want[256], got[2][512];
   dbuf y = {0, 0}, w = {0, 0}, ids = {0, 0};
   unsigned char hw[V * H * 4], hy[N * H * 4];
@@ -255,7 +232,7 @@ static void bad_id_case(kiln_loader *l, kiln_dtype dt, long long badv, int sync)
   if (!dev_alloc(&y, N * H * es, msg, sizeof msg) || !dev_alloc(&w, V * H * es, msg, sizeof msg) ||
       !dev_alloc(&ids, sizeof hid, msg, sizeof msg) || !dev_put(&w, hw, msg, sizeof msg) ||
       !dev_put(&ids, hid, msg, sizeof msg)) {
-    report(0, "bad id setup: %s", msg);
+    gt_check(0, "bad id setup: %s", msg);
     goto out;
   }
   for (int tp = 1; tp <= 2; tp++) {
@@ -263,25 +240,25 @@ static void bad_id_case(kiln_loader *l, kiln_dtype dt, long long badv, int sync)
     const void *wp = (const char *)dptr(w.p) + (size_t)vs * H * es;
     kiln_status st;
     if (!dev_poison(&y, msg, sizeof msg)) {
-      report(0, "bad id: %s", msg);
+      gt_check(0, "bad id: %s", msg);
       goto out;
     }
     st = kiln_embedding_fwd(l, dt, dptr(y.p), dptr(ids.p), wp, N, H, vs, V, V,
                             sync ? KILN_OPS_SYNC_CHECK : 0, NULL);
     if (!sync) {
-      report(st == KILN_OK, "bad id %lld tp=%d: a plain launch returned %s: %s", badv, tp,
-             kiln_status_str(st), kiln_last_error());
+      gt_check(st == KILN_OK, "bad id %lld tp=%d: a plain launch returned %s: %s", badv, tp,
+               kiln_status_str(st), kiln_last_error());
       st = kiln_ops_check(l, NULL);
     }
     snprintf(got[tp - 1], sizeof got[tp - 1], "%s",
              st == KILN_OK ? "(KILN_OK)" : kiln_last_error());
-    report(st == KILN_EINVAL && !strcmp(got[tp - 1], want),
-           "bad id %lld %s tp=%d: got %s \"%s\", want \"%s\"", badv, kiln_dtype_str(dt), tp,
-           kiln_status_str(st), got[tp - 1], want);
-    report(kiln_ops_check(l, NULL) == KILN_OK, "bad id: a second kiln_ops_check: %s",
-           kiln_last_error());
+    gt_check(st == KILN_EINVAL && !strcmp(got[tp - 1], want),
+             "bad id %lld %s tp=%d: got %s \"%s\", want \"%s\"", badv, kiln_dtype_str(dt), tp,
+             kiln_status_str(st), got[tp - 1], want);
+    gt_check(kiln_ops_check(l, NULL) == KILN_OK, "bad id: a second kiln_ops_check: %s",
+             kiln_last_error());
     if (!dev_get(&y, hy, "y", msg, sizeof msg)) {
-      report(0, "bad id: %s", msg);
+      gt_check(0, "bad id: %s", msg);
       goto out;
     }
     /* the good rows are right, the bad (and other ranks') rows are zeros */
@@ -292,17 +269,17 @@ static void bad_id_case(kiln_loader *l, kiln_dtype dt, long long badv, int sync)
         shifted[t] = hid[t];
       ref_fwd(ref, shifted, dt, (const unsigned char *)hw + (size_t)vs * H * es, N, H, vs, V);
       for (size_t i = 0; i < N * H; i++)
-        bad += ref_get(dt, hy, i) != ref[i];
-      report(!bad && ref[POS * H] == 0 && ref_get(dt, hy, POS * H) == 0,
-             "bad id %lld tp=%d: %zu wrong elements", badv, tp, bad);
+        bad += gt_get(dt, hy, i) != ref[i];
+      gt_check(!bad && ref[POS * H] == 0 && gt_get(dt, hy, POS * H) == 0,
+               "bad id %lld tp=%d: %zu wrong elements", badv, tp, bad);
     }
   }
-  report(!strcmp(got[0], got[1]), "bad id: tp=1 said \"%s\", tp=2 \"%s\"", got[0], got[1]);
+  gt_check(!strcmp(got[0], got[1]), "bad id: tp=1 said \"%s\", tp=2 \"%s\"", got[0], got[1]);
   /* the context keeps working: a correct op afterwards */
   hid[POS] = 3;
   hid[POS + 5] = 4;
   if (!dev_put(&ids, hid, msg, sizeof msg) || !dev_poison(&y, msg, sizeof msg)) {
-    report(0, "bad id: %s", msg);
+    gt_check(0, "bad id: %s", msg);
     goto out;
   }
   {
@@ -310,14 +287,14 @@ static void bad_id_case(kiln_loader *l, kiln_dtype dt, long long badv, int sync)
                                         KILN_OPS_SYNC_CHECK, NULL);
     size_t bad = 0;
     if (st != KILN_OK || !dev_get(&y, hy, "y", msg, sizeof msg)) {
-      report(0, "after a bad id, a correct fwd: %s %s", kiln_status_str(st),
-             st != KILN_OK ? kiln_last_error() : msg);
+      gt_check(0, "after a bad id, a correct fwd: %s %s", kiln_status_str(st),
+               st != KILN_OK ? kiln_last_error() : msg);
       goto out;
     }
     ref_fwd(ref, hid, dt, hw, N, H, 0, V);
     for (size_t i = 0; i < N * H; i++)
-      bad += ref_get(dt, hy, i) != ref[i];
-    report(!bad, "after a bad id, a correct fwd: %zu wrong elements", bad);
+      bad += gt_get(dt, hy, i) != ref[i];
+    gt_check(!bad, "after a bad id, a correct fwd: %zu wrong elements", bad);
   }
 out:
   dev_free(&y);
@@ -330,7 +307,8 @@ static void run_bad_ids(kiln_loader *l) {
   for (size_t d = 0; d < 3; d++)
     for (size_t b = 0; b < 3; b++)
       for (int sync = 0; sync <= 1; sync++)
-        if (!g_quick || d == b || sync == (int)(b & 1)) bad_id_case(l, kDtypes[d], bads[b], sync);
+        if (!gt_quick() || d == b || sync == (int)(b & 1))
+          bad_id_case(l, kDtypes[d], bads[b], sync);
 }
 
 /* ---- 4. backward ---------------------------------------------------------------------- */
@@ -338,7 +316,7 @@ static void run_bad_ids(kiln_loader *l) {
 /* skew: every token has the same id (vs + 1 or the only row). */
 static void bwd_case(kiln_loader *l, kiln_dtype dt, long long n, int hidden, long long V,
                      long long vs, long long ve, int det, int skew) {
-  const unsigned es = ref_esize(dt);
+  const size_t es = gt_dtype_size(dt);
   const long long rows = ve - vs;
   const size_t ny = (size_t)(n * hidden), nw = (size_t)(rows * hidden);
   const size_t wsb = kiln_embedding_bwd_workspace_size(n, vs, ve, det);
@@ -360,7 +338,7 @@ static void bwd_case(kiln_loader *l, kiln_dtype dt, long long n, int hidden, lon
       !dev_alloc(&ids, (size_t)n * 8, msg, sizeof msg) ||
       (wsb && !dev_alloc(&ws, wsb, msg, sizeof msg)) || !dev_put(&dy, hdy, msg, sizeof msg) ||
       !dev_put(&ids, hid, msg, sizeof msg)) {
-    report(0, "bwd setup: %s", msg);
+    gt_check(0, "bwd setup: %s", msg);
     goto out;
   }
   ref_bwd(ref, tol, dw0, dt, hdy, hid, n, hidden, vs, ve);
@@ -368,15 +346,15 @@ static void bwd_case(kiln_loader *l, kiln_dtype dt, long long n, int hidden, lon
     kiln_status st;
     float *dst = run ? got2 : got;
     if (!dev_put(&dw, dw0, msg, sizeof msg) || (wsb && !dev_poison(&ws, msg, sizeof msg))) {
-      report(0, "bwd: %s", msg);
+      gt_check(0, "bwd: %s", msg);
       goto out;
     }
     st = kiln_embedding_bwd(l, dt, dptr(dw.p), dptr(dy.p), dptr(ids.p), n, hidden, vs, ve, det,
                             wsb ? dptr(ws.p) : NULL, wsb, NULL);
     if (st != KILN_OK || !dev_sync("bwd", msg, sizeof msg) ||
         !dev_get(&dw, dst, "dweight", msg, sizeof msg)) {
-      report(0, "bwd %s det=%d n=%lld hidden=%d: %s", kiln_dtype_str(dt), det, n, hidden,
-             st != KILN_OK ? kiln_last_error() : msg);
+      gt_check(0, "bwd %s det=%d n=%lld hidden=%d: %s", kiln_dtype_str(dt), det, n, hidden,
+               st != KILN_OK ? kiln_last_error() : msg);
       goto out;
     }
   }
@@ -384,21 +362,21 @@ static void bwd_case(kiln_loader *l, kiln_dtype dt, long long n, int hidden, lon
     if (!(fabs((double)got[i] - ref[i]) <= tol[i])) {
       if (!bad++) first = i;
     }
-  report(!bad,
-         "bwd %s det=%d skew=%d n=%lld hidden=%d [%lld, %lld) of %lld: %zu outside tolerance, "
-         "first dweight[%zu] = %.9g, want %.9g +- %.3g",
-         kiln_dtype_str(dt), det, skew, n, hidden, vs, ve, V, bad, first, bad ? got[first] : 0.0,
-         bad ? ref[first] : 0.0, bad ? tol[first] : 0.0);
+  gt_check(!bad,
+           "bwd %s det=%d skew=%d n=%lld hidden=%d [%lld, %lld) of %lld: %zu outside tolerance, "
+           "first dweight[%zu] = %.9g, want %.9g +- %.3g",
+           kiln_dtype_str(dt), det, skew, n, hidden, vs, ve, V, bad, first, bad ? got[first] : 0.0,
+           bad ? ref[first] : 0.0, bad ? tol[first] : 0.0);
   if (det) {
     ref_bwd_sorted_f32(exact, dw0, dt, hdy, hid, n, hidden, vs, ve);
-    report(!memcmp(got, got2, nw * 4), "bwd %s det n=%lld hidden=%d: two runs differ",
-           kiln_dtype_str(dt), n, hidden);
+    gt_check(!memcmp(got, got2, nw * 4), "bwd %s det n=%lld hidden=%d: two runs differ",
+             kiln_dtype_str(dt), n, hidden);
     for (size_t i = 0; i < nw; i++)
       nbits += memcmp(&got[i], &exact[i], 4) != 0;
-    report(!nbits,
-           "bwd %s det skew=%d n=%lld hidden=%d: %zu elements differ from the position-order "
-           "fp32 sum",
-           kiln_dtype_str(dt), skew, n, hidden, nbits);
+    gt_check(!nbits,
+             "bwd %s det skew=%d n=%lld hidden=%d: %zu elements differ from the position-order "
+             "fp32 sum",
+             kiln_dtype_str(dt), skew, n, hidden, nbits);
   }
 out:
   dev_free(&dw);
@@ -424,72 +402,28 @@ static void run_bwd(kiln_loader *l) {
     big[] = {{8192, 4096, 4000}, {1 << 20, 16, 512000}, {4099, 1023, 50257}, {65536, 768, 300}};
   for (size_t d = 0; d < 3; d++) {
     const kiln_dtype dt = kDtypes[d];
-    const size_t nq = g_quick ? sizeof quick / sizeof *quick : sizeof big / sizeof *big;
+    const size_t nq = gt_quick() ? sizeof quick / sizeof *quick : sizeof big / sizeof *big;
     for (int det = 0; det <= 1; det++)
       for (size_t i = 0; i < nq; i++) {
-        const long long n = g_quick ? quick[i].n : big[i].n, V = g_quick ? quick[i].V : big[i].V;
-        const int h = g_quick ? quick[i].hidden : big[i].hidden;
+        const long long n = gt_quick() ? quick[i].n : big[i].n,
+                        V = gt_quick() ? quick[i].V : big[i].V;
+        const int h = gt_quick() ? quick[i].hidden : big[i].hidden;
         bwd_case(l, dt, n, h, V, 0, V, det, 0);     /* TP = 1 */
         bwd_case(l, dt, n, h, V, V / 2, V, det, 0); /* TP = 2, second rank */
-        if (i == 1 || i == 3 || !g_quick) bwd_case(l, dt, n, h, V, 0, V, det, 1); /* skewed */
+        if (i == 1 || i == 3 || !gt_quick()) bwd_case(l, dt, n, h, V, 0, V, det, 1); /* skewed */
       }
   }
 }
 
 /* ---- main ------------------------------------------------------------------------------- */
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st;
-  (void)flag;
-  (void)ftw;
-  return remove(path);
-}
-
 int main(void) {
-  kiln_loader_options o = KILN_LOADER_OPTIONS_INIT;
-  kiln_loader *l = NULL;
-  kiln_device_info info;
-  const char *quick = getenv("KILN_GPU_TEST_QUICK"), *tmp = getenv("TMPDIR");
-  const char *env_cache = getenv("KILN_CACHE_DIR");
-  char root[4096], main_cache[4200], msg[512];
-  int n = 0;
-  kiln_status st = kiln_device_count(&n);
-  if (st != KILN_OK || n == 0) {
-    printf("gpu.embedding: skipped: %s\n",
-           st != KILN_OK ? kiln_last_error() : "the driver reports no CUDA device");
-    return SKIP;
+  gt_run r;
+  if (gt_start(&r, "embedding", 0)) {
+    check_invalid_args(r.loader);
+    run_fwd(r.loader);
+    run_bad_ids(r.loader);
+    run_bwd(r.loader);
   }
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  g_quick = quick && *quick && strcmp(quick, "0") != 0;
-  snprintf(root, sizeof root, "%s/kiln-gpu-test-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  if (!mkdtemp(root)) {
-    perror("gpu.embedding: mkdtemp");
-    return 1;
-  }
-  snprintf(main_cache, sizeof main_cache, "%s/main", root);
-  o.device = 0;
-  o.cache_dir = env_cache && *env_cache ? NULL : main_cache;
-  if ((st = kiln_loader_open(&l, &o)) != KILN_OK ||
-      (st = kiln_loader_device(l, &info)) != KILN_OK) {
-    printf("FAIL open a loader on device 0: %s: %s\n", kiln_status_str(st), kiln_last_error());
-    g_fail++;
-    goto out;
-  }
-  printf("device 0: %s, sm_%d%d, %d SMs%s\n", info.name, info.cc_major, info.cc_minor,
-         info.sm_count, g_quick ? ", quick" : "");
-  if (!dev_open(0, msg, sizeof msg)) {
-    printf("FAIL make device 0's primary context current: %s\n", msg);
-    g_fail++;
-    goto out;
-  }
-  check_invalid_args(l);
-  run_fwd(l);
-  run_bad_ids(l);
-  run_bwd(l);
-out:
-  dev_close();
-  kiln_loader_close(l);
-  nftw(root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-  printf("gpu.embedding: %d passed, %d failed\n", g_pass, g_fail);
-  return g_fail ? 1 : 0;
+  return gt_finish(&r);
 }

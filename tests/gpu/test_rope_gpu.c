@@ -14,21 +14,18 @@
  *
  * Environment: KILN_CACHE_DIR (else a temp cache); KILN_GPU_TEST_QUICK=1
  * keeps only small shapes (for the CPU test double of libcuda). */
-#include <ftw.h>    /* nftw, to remove the temp cache */
 #include <stdio.h>  /* printf, snprintf */
-#include <stdlib.h> /* getenv, mkdtemp, malloc */
-#include <string.h> /* memcmp, strcmp */
+#include <stdlib.h> /* malloc */
+#include <string.h> /* memcmp */
 
-#include "kiln/loader.h"        /* kiln_loader_open, kiln_device_count */
+#include "kiln/loader.h"        /* kiln_loader */
 #include "kiln/ops.h"           /* the ops under test */
 #include "tests/gpu/device.h"   /* device buffers with poisoned guards */
+#include "tests/gpu/harness.h"  /* the run, counters, einval checks, elements */
 #include "tests/gpu/rope_ref.h" /* inputs and the float64 reference */
 
-#define SKIP 77
 #define QUICK_MAX_ELEMS 13000 /* KILN_GPU_TEST_QUICK: largest s*b*h*d */
 
-static int g_quick;
-static int g_pass, g_fail;
 static uint64_t g_seed = 0x726f70652d677075ULL;
 
 static const kiln_dtype kDtypes[] = {KILN_F32, KILN_F16, KILN_BF16};
@@ -85,26 +82,20 @@ static void report(const char *what, const char *shape, kiln_dtype dt, const cha
   size_t first = 0, bad;
   double worst = 0;
   if (msg[0]) {
-    g_fail++;
-    printf("FAIL %-9s %-4s %s: %s\n", what, kiln_dtype_str(dt), shape, msg);
+    gt_fail("%-9s %-4s %s: %s", what, kiln_dtype_str(dt), shape, msg);
     return;
   }
   bad = rope_ref_check(dt, got, x, ref, tol, n, &first, &worst);
   if (!bad) {
-    g_pass++;
-    printf("ok   %-9s %-4s %s  (worst %.2f of tolerance)\n", what, kiln_dtype_str(dt), shape,
-           worst);
+    gt_pass("%-9s %-4s %s  (worst %.2f of tolerance)", what, kiln_dtype_str(dt), shape, worst);
     return;
   }
-  g_fail++;
   if (tol[first] < 0)
-    printf("FAIL %-9s %-4s %s: %zu wrong, first [%zu] = %.9g, must be the input %.9g\n", what,
-           kiln_dtype_str(dt), shape, bad, first, rope_ref_get(dt, got, first),
-           rope_ref_get(dt, x, first));
+    gt_fail("%-9s %-4s %s: %zu wrong, first [%zu] = %.9g, must be the input %.9g", what,
+            kiln_dtype_str(dt), shape, bad, first, gt_get(dt, got, first), gt_get(dt, x, first));
   else
-    printf("FAIL %-9s %-4s %s: %zu wrong, first [%zu] = %.9g, expected %.9g +- %.3g\n", what,
-           kiln_dtype_str(dt), shape, bad, first, rope_ref_get(dt, got, first), ref[first],
-           tol[first]);
+    gt_fail("%-9s %-4s %s: %zu wrong, first [%zu] = %.9g, expected %.9g +- %.3g", what,
+            kiln_dtype_str(dt), shape, bad, first, gt_get(dt, got, first), ref[first], tol[first]);
 }
 
 /* Launch out = op(in): in is put first (into out when in place), out
@@ -142,7 +133,7 @@ static int launch(kiln_loader *l, int bwd, kiln_dtype dt, kiln_rope_layout lay, 
 static void run_one(kiln_loader *l, const tcase *c, kiln_dtype dt, kiln_rope_layout lay,
                     kiln_rope_style st) {
   const rope_shape *sh = &c->sh;
-  const size_t n = elems(sh), es = rope_ref_dtype_size(dt), bytes = n * es;
+  const size_t n = elems(sh), es = gt_dtype_size(dt), bytes = n * es;
   const size_t off = c->misalign ? es : 0;
   const size_t na = (size_t)sh->s * (sh->rot / 2);
   char shape[200], msg[512] = "";
@@ -155,8 +146,7 @@ static void run_one(kiln_loader *l, const tcase *c, kiln_dtype dt, kiln_rope_lay
            kStyle[st], sh->s, sh->b, sh->h, sh->d, sh->rot, sh->pos0, c->inplace ? " in-place" : "",
            c->misalign ? " misaligned" : "");
   if (!x || !dy || !y || !dx || !scratch || !angles || !ref || !tol) {
-    g_fail++;
-    printf("FAIL %s: out of host memory\n", shape);
+    gt_fail("%s: out of host memory", shape);
     goto out;
   }
   rope_ref_fill(dt, x, n, g_seed++);
@@ -166,8 +156,7 @@ static void run_one(kiln_loader *l, const tcase *c, kiln_dtype dt, kiln_rope_lay
       !dev_alloc(&bb, bytes + off, msg, sizeof msg) ||
       !dev_alloc(&ang, na * sizeof *angles, msg, sizeof msg) ||
       !dev_put(&ang, angles, msg, sizeof msg)) {
-    g_fail++;
-    printf("FAIL %s: %s\n", shape, msg);
+    gt_fail("%s: %s", shape, msg);
     goto out;
   }
   va = view(&a, off, bytes);
@@ -202,7 +191,7 @@ out:
 
 static void run_suite(kiln_loader *l) {
   for (size_t i = 0; i < N_CASES; i++) {
-    if (g_quick && elems(&kCases[i].sh) > QUICK_MAX_ELEMS) continue;
+    if (gt_quick() && elems(&kCases[i].sh) > QUICK_MAX_ELEMS) continue;
     for (int lay = 0; lay < 2; lay++)
       for (int st = 0; st < 2; st++)
         for (size_t d = 0; d < 3; d++)
@@ -212,17 +201,6 @@ static void run_suite(kiln_loader *l) {
 
 /* ---- invalid arguments ---------------------------------------------------------- */
 
-static void expect_einval(const char *what, kiln_status st) {
-  if (st == KILN_EINVAL && kiln_last_error()[0]) {
-    g_pass++;
-    printf("ok   einval %s: %s\n", what, kiln_last_error());
-  } else {
-    g_fail++;
-    printf("FAIL einval %s: returned %s (%s), want KILN_EINVAL with a message\n", what,
-           kiln_status_str(st), kiln_last_error());
-  }
-}
-
 /* Every call is invalid in exactly one argument; none may launch, so the
  * poisoned output must come back untouched. */
 static void check_invalid_args(kiln_loader *l) {
@@ -230,78 +208,66 @@ static void check_invalid_args(kiln_loader *l) {
   const kiln_dtype f32 = KILN_F32, bad = (kiln_dtype)7;
   const kiln_rope_layout sb = KILN_ROPE_SBHD, bad_l = (kiln_rope_layout)2;
   const kiln_rope_style rh = KILN_ROPE_ROTATE_HALF, bad_s = (kiln_rope_style)-1;
-  unsigned char host[N * 4];
+  const size_t bytes = N * 4; /* f32 */
   char msg[256] = "";
   dbuf out = {0, 0}, in = {0, 0}, ang = {0, 0};
   void *o, *i;
   const float *a;
-  if (!dev_alloc(&out, sizeof host, msg, sizeof msg) ||
-      !dev_alloc(&in, sizeof host, msg, sizeof msg) ||
+  if (!dev_alloc(&out, bytes, msg, sizeof msg) || !dev_alloc(&in, bytes, msg, sizeof msg) ||
       !dev_alloc(&ang, S * ROT / 2 * 4, msg, sizeof msg)) {
-    g_fail++;
-    printf("FAIL einval: %s\n", msg);
+    gt_fail("einval: %s", msg);
     goto out;
   }
   o = dptr(out.p);
   i = dptr(in.p);
   a = dptr(ang.p);
-  expect_einval("rope_fwd loader=NULL",
-                kiln_rope_fwd(NULL, f32, sb, rh, o, i, a, S, B, H, D, ROT, NULL));
-  expect_einval("rope_fwd dtype=7", kiln_rope_fwd(l, bad, sb, rh, o, i, a, S, B, H, D, ROT, NULL));
-  expect_einval("rope_fwd layout=2",
-                kiln_rope_fwd(l, f32, bad_l, rh, o, i, a, S, B, H, D, ROT, NULL));
-  expect_einval("rope_fwd style=-1",
-                kiln_rope_fwd(l, f32, sb, bad_s, o, i, a, S, B, H, D, ROT, NULL));
-  expect_einval("rope_fwd y=NULL",
-                kiln_rope_fwd(l, f32, sb, rh, NULL, i, a, S, B, H, D, ROT, NULL));
-  expect_einval("rope_fwd x=NULL",
-                kiln_rope_fwd(l, f32, sb, rh, o, NULL, a, S, B, H, D, ROT, NULL));
-  expect_einval("rope_fwd angles=NULL",
-                kiln_rope_fwd(l, f32, sb, rh, o, i, NULL, S, B, H, D, ROT, NULL));
-  expect_einval("rope_fwd s=0", kiln_rope_fwd(l, f32, sb, rh, o, i, a, 0, B, H, D, ROT, NULL));
-  expect_einval("rope_fwd b=0", kiln_rope_fwd(l, f32, sb, rh, o, i, a, S, 0, H, D, ROT, NULL));
-  expect_einval("rope_fwd h=-1", kiln_rope_fwd(l, f32, sb, rh, o, i, a, S, B, -1, D, ROT, NULL));
-  expect_einval("rope_fwd d=0", kiln_rope_fwd(l, f32, sb, rh, o, i, a, S, B, H, 0, ROT, NULL));
-  expect_einval("rope_fwd rot_dim=7 (odd)",
-                kiln_rope_fwd(l, f32, sb, rh, o, i, a, S, B, H, D, 7, NULL));
-  expect_einval("rope_fwd rot_dim=10 > d=8",
-                kiln_rope_fwd(l, f32, sb, rh, o, i, a, S, B, H, D, 10, NULL));
-  expect_einval("rope_fwd rot_dim=0", kiln_rope_fwd(l, f32, sb, rh, o, i, a, S, B, H, D, 0, NULL));
-  expect_einval("rope_fwd s*b*h*d overflows", kiln_rope_fwd(l, f32, sb, rh, o, i, a, 0x7fffffff,
-                                                            0x7fffffff, 0x7fffffff, D, ROT, NULL));
-  expect_einval("rope_bwd loader=NULL",
-                kiln_rope_bwd(NULL, f32, sb, rh, o, i, a, S, B, H, D, ROT, NULL));
-  expect_einval("rope_bwd dtype=7", kiln_rope_bwd(l, bad, sb, rh, o, i, a, S, B, H, D, ROT, NULL));
-  expect_einval("rope_bwd layout=2",
-                kiln_rope_bwd(l, f32, bad_l, rh, o, i, a, S, B, H, D, ROT, NULL));
-  expect_einval("rope_bwd style=-1",
-                kiln_rope_bwd(l, f32, sb, bad_s, o, i, a, S, B, H, D, ROT, NULL));
-  expect_einval("rope_bwd dx=NULL",
-                kiln_rope_bwd(l, f32, sb, rh, NULL, i, a, S, B, H, D, ROT, NULL));
-  expect_einval("rope_bwd dy=NULL",
-                kiln_rope_bwd(l, f32, sb, rh, o, NULL, a, S, B, H, D, ROT, NULL));
-  expect_einval("rope_bwd angles=NULL",
-                kiln_rope_bwd(l, f32, sb, rh, o, i, NULL, S, B, H, D, ROT, NULL));
-  expect_einval("rope_bwd s=0", kiln_rope_bwd(l, f32, sb, rh, o, i, a, 0, B, H, D, ROT, NULL));
-  expect_einval("rope_bwd rot_dim=3 (odd)",
-                kiln_rope_bwd(l, f32, sb, rh, o, i, a, S, B, H, D, 3, NULL));
-  expect_einval("rope_bwd rot_dim=10 > d=8",
-                kiln_rope_bwd(l, f32, sb, rh, o, i, a, S, B, H, D, 10, NULL));
-  if (dev_sync("sync after invalid calls", msg, sizeof msg) &&
-      dev_get(&out, host, "out", msg, sizeof msg)) {
-    size_t k = 0;
-    while (k < sizeof host && host[k] == 0xFF)
-      k++;
-    if (k < sizeof host)
-      snprintf(msg, sizeof msg, "an invalid call launched: byte %zu of the output changed", k);
-  }
-  if (msg[0]) {
-    g_fail++;
-    printf("FAIL einval: %s\n", msg);
-  } else {
-    g_pass++;
-    printf("ok   einval: no invalid call launched anything\n");
-  }
+  gt_expect_einval("rope_fwd loader=NULL",
+                   kiln_rope_fwd(NULL, f32, sb, rh, o, i, a, S, B, H, D, ROT, NULL));
+  gt_expect_einval("rope_fwd dtype=7",
+                   kiln_rope_fwd(l, bad, sb, rh, o, i, a, S, B, H, D, ROT, NULL));
+  gt_expect_einval("rope_fwd layout=2",
+                   kiln_rope_fwd(l, f32, bad_l, rh, o, i, a, S, B, H, D, ROT, NULL));
+  gt_expect_einval("rope_fwd style=-1",
+                   kiln_rope_fwd(l, f32, sb, bad_s, o, i, a, S, B, H, D, ROT, NULL));
+  gt_expect_einval("rope_fwd y=NULL",
+                   kiln_rope_fwd(l, f32, sb, rh, NULL, i, a, S, B, H, D, ROT, NULL));
+  gt_expect_einval("rope_fwd x=NULL",
+                   kiln_rope_fwd(l, f32, sb, rh, o, NULL, a, S, B, H, D, ROT, NULL));
+  gt_expect_einval("rope_fwd angles=NULL",
+                   kiln_rope_fwd(l, f32, sb, rh, o, i, NULL, S, B, H, D, ROT, NULL));
+  gt_expect_einval("rope_fwd s=0", kiln_rope_fwd(l, f32, sb, rh, o, i, a, 0, B, H, D, ROT, NULL));
+  gt_expect_einval("rope_fwd b=0", kiln_rope_fwd(l, f32, sb, rh, o, i, a, S, 0, H, D, ROT, NULL));
+  gt_expect_einval("rope_fwd h=-1", kiln_rope_fwd(l, f32, sb, rh, o, i, a, S, B, -1, D, ROT, NULL));
+  gt_expect_einval("rope_fwd d=0", kiln_rope_fwd(l, f32, sb, rh, o, i, a, S, B, H, 0, ROT, NULL));
+  gt_expect_einval("rope_fwd rot_dim=7 (odd)",
+                   kiln_rope_fwd(l, f32, sb, rh, o, i, a, S, B, H, D, 7, NULL));
+  gt_expect_einval("rope_fwd rot_dim=10 > d=8",
+                   kiln_rope_fwd(l, f32, sb, rh, o, i, a, S, B, H, D, 10, NULL));
+  gt_expect_einval("rope_fwd rot_dim=0",
+                   kiln_rope_fwd(l, f32, sb, rh, o, i, a, S, B, H, D, 0, NULL));
+  gt_expect_einval(
+      "rope_fwd s*b*h*d overflows",
+      kiln_rope_fwd(l, f32, sb, rh, o, i, a, 0x7fffffff, 0x7fffffff, 0x7fffffff, D, ROT, NULL));
+  gt_expect_einval("rope_bwd loader=NULL",
+                   kiln_rope_bwd(NULL, f32, sb, rh, o, i, a, S, B, H, D, ROT, NULL));
+  gt_expect_einval("rope_bwd dtype=7",
+                   kiln_rope_bwd(l, bad, sb, rh, o, i, a, S, B, H, D, ROT, NULL));
+  gt_expect_einval("rope_bwd layout=2",
+                   kiln_rope_bwd(l, f32, bad_l, rh, o, i, a, S, B, H, D, ROT, NULL));
+  gt_expect_einval("rope_bwd style=-1",
+                   kiln_rope_bwd(l, f32, sb, bad_s, o, i, a, S, B, H, D, ROT, NULL));
+  gt_expect_einval("rope_bwd dx=NULL",
+                   kiln_rope_bwd(l, f32, sb, rh, NULL, i, a, S, B, H, D, ROT, NULL));
+  gt_expect_einval("rope_bwd dy=NULL",
+                   kiln_rope_bwd(l, f32, sb, rh, o, NULL, a, S, B, H, D, ROT, NULL));
+  gt_expect_einval("rope_bwd angles=NULL",
+                   kiln_rope_bwd(l, f32, sb, rh, o, i, NULL, S, B, H, D, ROT, NULL));
+  gt_expect_einval("rope_bwd s=0", kiln_rope_bwd(l, f32, sb, rh, o, i, a, 0, B, H, D, ROT, NULL));
+  gt_expect_einval("rope_bwd rot_dim=3 (odd)",
+                   kiln_rope_bwd(l, f32, sb, rh, o, i, a, S, B, H, D, 3, NULL));
+  gt_expect_einval("rope_bwd rot_dim=10 > d=8",
+                   kiln_rope_bwd(l, f32, sb, rh, o, i, a, S, B, H, D, 10, NULL));
+  gt_expect_untouched(&out);
 out:
   dev_free(&out);
   dev_free(&in);
@@ -310,57 +276,11 @@ out:
 
 /* ---- main ------------------------------------------------------------------------ */
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st;
-  (void)flag;
-  (void)ftw;
-  return remove(path);
-}
-
 int main(void) {
-  kiln_loader_options o = KILN_LOADER_OPTIONS_INIT;
-  kiln_loader *l = NULL;
-  kiln_device_info info;
-  const char *quick = getenv("KILN_GPU_TEST_QUICK"), *tmp = getenv("TMPDIR");
-  const char *env_cache = getenv("KILN_CACHE_DIR");
-  char root[4096], main_cache[4200], msg[512];
-  int n = 0;
-  kiln_status st = kiln_device_count(&n);
-  if (st != KILN_OK || n == 0) {
-    printf("gpu.rope: skipped: %s\n",
-           st != KILN_OK ? kiln_last_error() : "the driver reports no CUDA device");
-    return SKIP;
+  gt_run r;
+  if (gt_start(&r, "rope", GT_SHOW_DRIVER | GT_SHOW_CACHE)) {
+    check_invalid_args(r.loader);
+    run_suite(r.loader);
   }
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  g_quick = quick && *quick && strcmp(quick, "0") != 0;
-  snprintf(root, sizeof root, "%s/kiln-gpu-test-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  if (!mkdtemp(root)) {
-    perror("gpu.rope: mkdtemp");
-    return 1;
-  }
-  snprintf(main_cache, sizeof main_cache, "%s/main", root);
-  o.device = 0;
-  o.cache_dir = env_cache && *env_cache ? NULL : main_cache;
-  if ((st = kiln_loader_open(&l, &o)) != KILN_OK ||
-      (st = kiln_loader_device(l, &info)) != KILN_OK) {
-    printf("FAIL open a loader on device 0: %s: %s\n", kiln_status_str(st), kiln_last_error());
-    g_fail++;
-    goto out;
-  }
-  printf("device 0: %s, sm_%d%d, %d SMs, driver %d, cache %s%s\n", info.name, info.cc_major,
-         info.cc_minor, info.sm_count, info.driver_version, o.cache_dir ? o.cache_dir : env_cache,
-         g_quick ? ", quick" : "");
-  if (!dev_open(0, msg, sizeof msg)) {
-    printf("FAIL make device 0's primary context current: %s\n", msg);
-    g_fail++;
-    goto out;
-  }
-  check_invalid_args(l);
-  run_suite(l);
-out:
-  dev_close();
-  kiln_loader_close(l);
-  nftw(root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-  printf("gpu.rope: %d passed, %d failed\n", g_pass, g_fail);
-  return g_fail ? 1 : 0;
+  return gt_finish(&r);
 }

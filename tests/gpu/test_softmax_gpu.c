@@ -14,26 +14,23 @@
  * Environment: KILN_CACHE_DIR (else a temp cache, built on first use);
  * KILN_GPU_TEST_QUICK=1 keeps only small shapes (for a CPU test double of
  * libcuda named by KILN_CUDA_LIBRARY, which emulates the kernels). */
-#include <ftw.h>    /* nftw, to remove the temp caches */
 #include <math.h>   /* NAN */
 #include <stdio.h>  /* printf, snprintf */
-#include <stdlib.h> /* getenv, mkdtemp, malloc */
-#include <string.h> /* memcmp, strcmp */
+#include <stdlib.h> /* malloc */
+#include <string.h> /* memcmp */
 
 #include "kiln/build.h"            /* kiln_build, for the source comparison's caches */
 #include "kiln/kernels.h"          /* kiln_unit_at */
-#include "kiln/loader.h"           /* kiln_loader_open, kiln_device_count */
+#include "kiln/loader.h"           /* kiln_loader_unit_load */
 #include "kiln/ops.h"              /* the ops under test */
 #include "kiln/target.h"           /* kiln_nvrtc_version */
 #include "loader/select.h"         /* kiln_toolchain_ptx_isa */
 #include "tests/gpu/device.h"      /* device buffers with poisoned guards */
+#include "tests/gpu/harness.h"     /* the run, counters, einval checks, elements */
 #include "tests/gpu/softmax_ref.h" /* inputs and the float64 reference */
 
-#define SKIP 77
 #define QUICK_MAX_ELEMS 40000 /* KILN_GPU_TEST_QUICK: largest rows * cols */
 
-static int g_quick;
-static int g_pass, g_fail;
 static uint64_t g_seed = 0x6b696c6e2d677075ULL;
 
 static const kiln_dtype kDtypes[] = {KILN_F32, KILN_F16, KILN_BF16};
@@ -86,7 +83,7 @@ static void bufs_free(case_bufs *b) {
 }
 
 static int bufs_alloc(case_bufs *b, const ref_case *c, char *msg, size_t cap) {
-  const size_t bytes = c->n * ref_dtype_size(c->dt);
+  const size_t bytes = c->n * gt_dtype_size(c->dt);
   memset(b, 0, sizeof *b);
   b->scratch = malloc(bytes);
   if (!b->scratch) {
@@ -160,22 +157,20 @@ static int report(const char *prefix, const char *dir, const ref_case *c, int ra
   ref_shape_str(&c->s, shape, sizeof shape);
   if (ran) bad = ref_check(c, got, ref, tol, &first, &worst);
   if (ran && bad == 0) {
-    g_pass++;
-    printf("ok   %s%s %-4s %s  (worst %.2f of tolerance)\n", prefix, dir, kiln_dtype_str(c->dt),
-           shape, worst);
+    gt_pass("%s%s %-4s %s  (worst %.2f of tolerance)", prefix, dir, kiln_dtype_str(c->dt), shape,
+            worst);
     return 1;
   }
-  g_fail++;
   if (!ran)
-    printf("FAIL %s%s %-4s %s: %s\n", prefix, dir, kiln_dtype_str(c->dt), shape, msg);
+    gt_fail("%s%s %-4s %s: %s", prefix, dir, kiln_dtype_str(c->dt), shape, msg);
   else if (first.tol < 0)
-    printf("FAIL %s%s %-4s %s: %zu wrong, first [row %lld, col %d] = %.9g, must be exactly 0\n",
-           prefix, dir, kiln_dtype_str(c->dt), shape, bad, first.row, first.col, first.got);
+    gt_fail("%s%s %-4s %s: %zu wrong, first [row %lld, col %d] = %.9g, must be exactly 0", prefix,
+            dir, kiln_dtype_str(c->dt), shape, bad, first.row, first.col, first.got);
   else
-    printf("FAIL %s%s %-4s %s: %zu wrong, first [row %lld, col %d] = %.9g, expected %.9g +- "
-           "%.3g\n",
-           prefix, dir, kiln_dtype_str(c->dt), shape, bad, first.row, first.col, first.got,
-           first.want, first.tol);
+    gt_fail("%s%s %-4s %s: %zu wrong, first [row %lld, col %d] = %.9g, expected %.9g +- "
+            "%.3g",
+            prefix, dir, kiln_dtype_str(c->dt), shape, bad, first.row, first.col, first.got,
+            first.want, first.tol);
   return 0;
 }
 
@@ -204,7 +199,7 @@ static const float kScales[] = {0.37f, 1.7f, 0.125f};
 #define MAX_SHAPES 128
 
 static int keep(const ref_shape *s) {
-  return !g_quick || ref_rows(s) * s->cols <= QUICK_MAX_ELEMS;
+  return !gt_quick() || ref_rows(s) * s->cols <= QUICK_MAX_ELEMS;
 }
 
 static size_t add_shape(ref_shape *out, size_t n, ref_unit u, int b, int h, int sq, int cols,
@@ -245,121 +240,96 @@ static size_t make_shapes(ref_shape *out) {
 
 /* ---- 1. invalid arguments ------------------------------------------------------------ */
 
-static void expect_einval(const char *what, kiln_status st) {
-  if (st == KILN_EINVAL && kiln_last_error()[0]) {
-    g_pass++;
-    printf("ok   einval %s: %s\n", what, kiln_last_error());
-  } else {
-    g_fail++;
-    printf("FAIL einval %s: returned %s (%s), want KILN_EINVAL with a message\n", what,
-           kiln_status_str(st), kiln_last_error());
-  }
-}
-
 /* Every call is invalid in exactly one argument; none may launch, so the
  * poisoned outputs must come back untouched. */
 static void check_invalid_args(kiln_loader *l) {
   enum { B = 2, H = 1, SQ = 2, SK = 8, ROWS = B * H * SQ, N = ROWS * SK };
   const kiln_dtype f32 = KILN_F32, bad = (kiln_dtype)7;
-  unsigned char host[N * 4];
+  const size_t bytes = N * 4; /* the output, f32 */
   char msg[256] = "";
   dbuf out = {0, 0}, in = {0, 0}, mask = {0, 0};
   void *o, *i;
   const uint8_t *m;
-  if (!dev_alloc(&out, sizeof host, msg, sizeof msg) ||
-      !dev_alloc(&in, sizeof host, msg, sizeof msg) ||
+  if (!dev_alloc(&out, bytes, msg, sizeof msg) || !dev_alloc(&in, bytes, msg, sizeof msg) ||
       !dev_alloc(&mask, B * SQ * SK, msg, sizeof msg)) {
-    g_fail++;
-    printf("FAIL einval: %s\n", msg);
+    gt_fail("einval: %s", msg);
     goto out;
   }
   o = dptr(out.p);
   i = dptr(in.p);
   m = dptr(mask.p);
-  expect_einval("scaled_softmax_fwd loader=NULL",
-                kiln_scaled_softmax_fwd(NULL, f32, o, i, ROWS, SK, 1, NULL));
-  expect_einval("scaled_softmax_fwd y=NULL",
-                kiln_scaled_softmax_fwd(l, f32, NULL, i, ROWS, SK, 1, NULL));
-  expect_einval("scaled_softmax_fwd x=NULL",
-                kiln_scaled_softmax_fwd(l, f32, o, NULL, ROWS, SK, 1, NULL));
-  expect_einval("scaled_softmax_fwd rows=0", kiln_scaled_softmax_fwd(l, f32, o, i, 0, SK, 1, NULL));
-  expect_einval("scaled_softmax_fwd cols=0",
-                kiln_scaled_softmax_fwd(l, f32, o, i, ROWS, 0, 1, NULL));
-  expect_einval("scaled_softmax_fwd cols=-1",
-                kiln_scaled_softmax_fwd(l, f32, o, i, ROWS, -1, 1, NULL));
-  expect_einval("scaled_softmax_fwd dtype=7",
-                kiln_scaled_softmax_fwd(l, bad, o, i, ROWS, SK, 1, NULL));
-  expect_einval("scaled_softmax_fwd scale=NaN",
-                kiln_scaled_softmax_fwd(l, f32, o, i, ROWS, SK, NAN, NULL));
-  expect_einval("scaled_softmax_bwd dx=NULL",
-                kiln_scaled_softmax_bwd(l, f32, NULL, i, i, ROWS, SK, 1, NULL));
-  expect_einval("scaled_softmax_bwd y=NULL",
-                kiln_scaled_softmax_bwd(l, f32, o, NULL, i, ROWS, SK, 1, NULL));
-  expect_einval("scaled_softmax_bwd dy=NULL",
-                kiln_scaled_softmax_bwd(l, f32, o, i, NULL, ROWS, SK, 1, NULL));
-  expect_einval("scaled_softmax_bwd cols=0",
-                kiln_scaled_softmax_bwd(l, f32, o, i, i, ROWS, 0, 1, NULL));
-  expect_einval("scaled_softmax_bwd dtype=7",
-                kiln_scaled_softmax_bwd(l, bad, o, i, i, ROWS, SK, 1, NULL));
-  expect_einval("scaled_masked_softmax_fwd mask=NULL",
-                kiln_scaled_masked_softmax_fwd(l, f32, o, i, NULL, B, H, SQ, SK, 1, 1, NULL));
-  expect_einval("scaled_masked_softmax_fwd y=NULL",
-                kiln_scaled_masked_softmax_fwd(l, f32, NULL, i, m, B, H, SQ, SK, 1, 1, NULL));
-  expect_einval("scaled_masked_softmax_fwd mask_batches=3 (b=2)",
-                kiln_scaled_masked_softmax_fwd(l, f32, o, i, m, B, H, SQ, SK, 3, 1, NULL));
-  expect_einval("scaled_masked_softmax_fwd mask_batches=0",
-                kiln_scaled_masked_softmax_fwd(l, f32, o, i, m, B, H, SQ, SK, 0, 1, NULL));
-  expect_einval("scaled_masked_softmax_fwd sk=0",
-                kiln_scaled_masked_softmax_fwd(l, f32, o, i, m, B, H, SQ, 0, 1, 1, NULL));
-  expect_einval("scaled_masked_softmax_fwd sq=0",
-                kiln_scaled_masked_softmax_fwd(l, f32, o, i, m, B, H, 0, SK, 1, 1, NULL));
-  expect_einval("scaled_masked_softmax_fwd heads=0",
-                kiln_scaled_masked_softmax_fwd(l, f32, o, i, m, B, 0, SQ, SK, 1, 1, NULL));
-  expect_einval("scaled_masked_softmax_fwd b=0",
-                kiln_scaled_masked_softmax_fwd(l, f32, o, i, m, 0, H, SQ, SK, 1, 1, NULL));
-  expect_einval("scaled_masked_softmax_fwd dtype=7",
-                kiln_scaled_masked_softmax_fwd(l, bad, o, i, m, B, H, SQ, SK, 1, 1, NULL));
-  expect_einval("scaled_masked_softmax_bwd dx=NULL",
-                kiln_scaled_masked_softmax_bwd(l, f32, NULL, i, i, B, H, SQ, SK, 1, NULL));
-  expect_einval("scaled_masked_softmax_bwd dy=NULL",
-                kiln_scaled_masked_softmax_bwd(l, f32, o, i, NULL, B, H, SQ, SK, 1, NULL));
-  expect_einval("scaled_masked_softmax_bwd sk=0",
-                kiln_scaled_masked_softmax_bwd(l, f32, o, i, i, B, H, SQ, 0, 1, NULL));
-  expect_einval("scaled_masked_softmax_bwd dtype=7",
-                kiln_scaled_masked_softmax_bwd(l, bad, o, i, i, B, H, SQ, SK, 1, NULL));
-  expect_einval("scaled_upper_triang_masked_softmax_fwd x=NULL",
-                kiln_scaled_upper_triang_masked_softmax_fwd(l, f32, o, NULL, B, SQ, SK, 1, NULL));
-  expect_einval("scaled_upper_triang_masked_softmax_fwd sq=0",
-                kiln_scaled_upper_triang_masked_softmax_fwd(l, f32, o, i, B, 0, SK, 1, NULL));
-  expect_einval("scaled_upper_triang_masked_softmax_fwd sk=0",
-                kiln_scaled_upper_triang_masked_softmax_fwd(l, f32, o, i, B, SQ, 0, 1, NULL));
-  expect_einval("scaled_upper_triang_masked_softmax_fwd attn_batches=0",
-                kiln_scaled_upper_triang_masked_softmax_fwd(l, f32, o, i, 0, SQ, SK, 1, NULL));
-  expect_einval("scaled_upper_triang_masked_softmax_fwd dtype=7",
-                kiln_scaled_upper_triang_masked_softmax_fwd(l, bad, o, i, B, SQ, SK, 1, NULL));
-  expect_einval(
+  gt_expect_einval("scaled_softmax_fwd loader=NULL",
+                   kiln_scaled_softmax_fwd(NULL, f32, o, i, ROWS, SK, 1, NULL));
+  gt_expect_einval("scaled_softmax_fwd y=NULL",
+                   kiln_scaled_softmax_fwd(l, f32, NULL, i, ROWS, SK, 1, NULL));
+  gt_expect_einval("scaled_softmax_fwd x=NULL",
+                   kiln_scaled_softmax_fwd(l, f32, o, NULL, ROWS, SK, 1, NULL));
+  gt_expect_einval("scaled_softmax_fwd rows=0",
+                   kiln_scaled_softmax_fwd(l, f32, o, i, 0, SK, 1, NULL));
+  gt_expect_einval("scaled_softmax_fwd cols=0",
+                   kiln_scaled_softmax_fwd(l, f32, o, i, ROWS, 0, 1, NULL));
+  gt_expect_einval("scaled_softmax_fwd cols=-1",
+                   kiln_scaled_softmax_fwd(l, f32, o, i, ROWS, -1, 1, NULL));
+  gt_expect_einval("scaled_softmax_fwd dtype=7",
+                   kiln_scaled_softmax_fwd(l, bad, o, i, ROWS, SK, 1, NULL));
+  gt_expect_einval("scaled_softmax_fwd scale=NaN",
+                   kiln_scaled_softmax_fwd(l, f32, o, i, ROWS, SK, NAN, NULL));
+  gt_expect_einval("scaled_softmax_bwd dx=NULL",
+                   kiln_scaled_softmax_bwd(l, f32, NULL, i, i, ROWS, SK, 1, NULL));
+  gt_expect_einval("scaled_softmax_bwd y=NULL",
+                   kiln_scaled_softmax_bwd(l, f32, o, NULL, i, ROWS, SK, 1, NULL));
+  gt_expect_einval("scaled_softmax_bwd dy=NULL",
+                   kiln_scaled_softmax_bwd(l, f32, o, i, NULL, ROWS, SK, 1, NULL));
+  gt_expect_einval("scaled_softmax_bwd cols=0",
+                   kiln_scaled_softmax_bwd(l, f32, o, i, i, ROWS, 0, 1, NULL));
+  gt_expect_einval("scaled_softmax_bwd dtype=7",
+                   kiln_scaled_softmax_bwd(l, bad, o, i, i, ROWS, SK, 1, NULL));
+  gt_expect_einval("scaled_masked_softmax_fwd mask=NULL",
+                   kiln_scaled_masked_softmax_fwd(l, f32, o, i, NULL, B, H, SQ, SK, 1, 1, NULL));
+  gt_expect_einval("scaled_masked_softmax_fwd y=NULL",
+                   kiln_scaled_masked_softmax_fwd(l, f32, NULL, i, m, B, H, SQ, SK, 1, 1, NULL));
+  gt_expect_einval("scaled_masked_softmax_fwd mask_batches=3 (b=2)",
+                   kiln_scaled_masked_softmax_fwd(l, f32, o, i, m, B, H, SQ, SK, 3, 1, NULL));
+  gt_expect_einval("scaled_masked_softmax_fwd mask_batches=0",
+                   kiln_scaled_masked_softmax_fwd(l, f32, o, i, m, B, H, SQ, SK, 0, 1, NULL));
+  gt_expect_einval("scaled_masked_softmax_fwd sk=0",
+                   kiln_scaled_masked_softmax_fwd(l, f32, o, i, m, B, H, SQ, 0, 1, 1, NULL));
+  gt_expect_einval("scaled_masked_softmax_fwd sq=0",
+                   kiln_scaled_masked_softmax_fwd(l, f32, o, i, m, B, H, 0, SK, 1, 1, NULL));
+  gt_expect_einval("scaled_masked_softmax_fwd heads=0",
+                   kiln_scaled_masked_softmax_fwd(l, f32, o, i, m, B, 0, SQ, SK, 1, 1, NULL));
+  gt_expect_einval("scaled_masked_softmax_fwd b=0",
+                   kiln_scaled_masked_softmax_fwd(l, f32, o, i, m, 0, H, SQ, SK, 1, 1, NULL));
+  gt_expect_einval("scaled_masked_softmax_fwd dtype=7",
+                   kiln_scaled_masked_softmax_fwd(l, bad, o, i, m, B, H, SQ, SK, 1, 1, NULL));
+  gt_expect_einval("scaled_masked_softmax_bwd dx=NULL",
+                   kiln_scaled_masked_softmax_bwd(l, f32, NULL, i, i, B, H, SQ, SK, 1, NULL));
+  gt_expect_einval("scaled_masked_softmax_bwd dy=NULL",
+                   kiln_scaled_masked_softmax_bwd(l, f32, o, i, NULL, B, H, SQ, SK, 1, NULL));
+  gt_expect_einval("scaled_masked_softmax_bwd sk=0",
+                   kiln_scaled_masked_softmax_bwd(l, f32, o, i, i, B, H, SQ, 0, 1, NULL));
+  gt_expect_einval("scaled_masked_softmax_bwd dtype=7",
+                   kiln_scaled_masked_softmax_bwd(l, bad, o, i, i, B, H, SQ, SK, 1, NULL));
+  gt_expect_einval(
+      "scaled_upper_triang_masked_softmax_fwd x=NULL",
+      kiln_scaled_upper_triang_masked_softmax_fwd(l, f32, o, NULL, B, SQ, SK, 1, NULL));
+  gt_expect_einval("scaled_upper_triang_masked_softmax_fwd sq=0",
+                   kiln_scaled_upper_triang_masked_softmax_fwd(l, f32, o, i, B, 0, SK, 1, NULL));
+  gt_expect_einval("scaled_upper_triang_masked_softmax_fwd sk=0",
+                   kiln_scaled_upper_triang_masked_softmax_fwd(l, f32, o, i, B, SQ, 0, 1, NULL));
+  gt_expect_einval("scaled_upper_triang_masked_softmax_fwd attn_batches=0",
+                   kiln_scaled_upper_triang_masked_softmax_fwd(l, f32, o, i, 0, SQ, SK, 1, NULL));
+  gt_expect_einval("scaled_upper_triang_masked_softmax_fwd dtype=7",
+                   kiln_scaled_upper_triang_masked_softmax_fwd(l, bad, o, i, B, SQ, SK, 1, NULL));
+  gt_expect_einval(
       "scaled_upper_triang_masked_softmax_bwd dy=NULL",
       kiln_scaled_upper_triang_masked_softmax_bwd(l, f32, o, i, NULL, B, SQ, SK, 1, NULL));
-  expect_einval("scaled_upper_triang_masked_softmax_bwd sk=0",
-                kiln_scaled_upper_triang_masked_softmax_bwd(l, f32, o, i, i, B, SQ, 0, 1, NULL));
-  expect_einval("scaled_upper_triang_masked_softmax_bwd dtype=7",
-                kiln_scaled_upper_triang_masked_softmax_bwd(l, bad, o, i, i, B, SQ, SK, 1, NULL));
-  /* nothing ran: the output is still all 0xFF */
-  if (dev_sync("sync after invalid calls", msg, sizeof msg) &&
-      dev_get(&out, host, "out", msg, sizeof msg)) {
-    size_t k = 0;
-    while (k < sizeof host && host[k] == 0xFF)
-      k++;
-    if (k < sizeof host)
-      snprintf(msg, sizeof msg, "an invalid call launched: byte %zu of the output changed", k);
-  }
-  if (msg[0]) {
-    g_fail++;
-    printf("FAIL einval: %s\n", msg);
-  } else {
-    g_pass++;
-    printf("ok   einval: no invalid call launched anything\n");
-  }
+  gt_expect_einval("scaled_upper_triang_masked_softmax_bwd sk=0",
+                   kiln_scaled_upper_triang_masked_softmax_bwd(l, f32, o, i, i, B, SQ, 0, 1, NULL));
+  gt_expect_einval(
+      "scaled_upper_triang_masked_softmax_bwd dtype=7",
+      kiln_scaled_upper_triang_masked_softmax_bwd(l, bad, o, i, i, B, SQ, SK, 1, NULL));
+  gt_expect_untouched(&out);
 out:
   dev_free(&out);
   dev_free(&in);
@@ -376,9 +346,8 @@ static void run_suite(kiln_loader *l) {
       ref_case c;
       void *y = NULL, *dx = NULL;
       if (ref_case_make(&c, &shapes[i], kDtypes[d], g_seed++) != 0 ||
-          !(y = malloc(c.n * ref_dtype_size(c.dt))) || !(dx = malloc(c.n * ref_dtype_size(c.dt)))) {
-        g_fail++;
-        printf("FAIL out of host memory\n");
+          !(y = malloc(c.n * gt_dtype_size(c.dt))) || !(dx = malloc(c.n * gt_dtype_size(c.dt)))) {
+        gt_fail("out of host memory");
       } else {
         run_case(l, "", &c, y, dx);
       }
@@ -487,8 +456,7 @@ static void run_source(source_run *r, const char *root, const kiln_device_info *
   int isa = 0;
   snprintf(dir, sizeof dir, "%s/%s", root, r->targets);
   if (!build_cache(dir, r->targets, &isa, msg, sizeof msg)) {
-    g_fail++;
-    printf("FAIL source %s %s: %s\n", r->label, r->targets, msg);
+    gt_fail("source %s %s: %s", r->label, r->targets, msg);
     return;
   }
   if (r->want == KILN_LOAD_PTX && isa > info->ptx_isa) {
@@ -498,23 +466,20 @@ static void run_source(source_run *r, const char *root, const kiln_device_info *
     return;
   }
   if (!(l = open_offline(dir, r->want, msg, sizeof msg))) {
-    g_fail++;
-    printf("FAIL source %s %s: %s\n", r->label, r->targets, msg);
+    gt_fail("source %s %s: %s", r->label, r->targets, msg);
     return;
   }
-  g_pass++;
-  printf("ok   source %s %s: every unit loaded as %s\n", r->label, r->targets,
-         kiln_load_source_str(r->want));
+  gt_pass("source %s %s: every unit loaded as %s", r->label, r->targets,
+          kiln_load_source_str(r->want));
   snprintf(prefix, sizeof prefix, "[%s] ", r->targets);
   for (size_t i = 0; i < N_SUBSET; i++)
     for (size_t d = 0; d < 3; d++) {
       const ref_case *c = &cases[i][d];
       if (!c->n) continue;
-      r->y[i][d] = malloc(c->n * ref_dtype_size(c->dt));
-      r->dx[i][d] = malloc(c->n * ref_dtype_size(c->dt));
+      r->y[i][d] = malloc(c->n * gt_dtype_size(c->dt));
+      r->dx[i][d] = malloc(c->n * gt_dtype_size(c->dt));
       if (!r->y[i][d] || !r->dx[i][d]) {
-        g_fail++;
-        printf("FAIL out of host memory\n");
+        gt_fail("out of host memory");
         continue;
       }
       run_case(l, prefix, c, r->y[i][d], r->dx[i][d]);
@@ -528,19 +493,17 @@ static void compare_runs(const source_run *a, const source_run *b, ref_case case
   for (size_t i = 0; i < N_SUBSET; i++)
     for (size_t d = 0; d < 3; d++) {
       const ref_case *c = &cases[i][d];
-      const size_t bytes = c->n * ref_dtype_size(c->dt);
+      const size_t bytes = c->n * gt_dtype_size(c->dt);
       char shape[160];
       int same;
       if (!c->n || !a->y[i][d] || !b->y[i][d]) continue;
       same = memcmp(a->y[i][d], b->y[i][d], bytes) == 0 &&
              memcmp(a->dx[i][d], b->dx[i][d], bytes) == 0;
       ref_shape_str(&c->s, shape, sizeof shape);
-      printf("%s %s == %s %-4s %s\n", same ? "ok  " : "FAIL", a->targets, b->targets,
-             kiln_dtype_str(c->dt), same ? shape : "outputs differ");
       if (same)
-        g_pass++;
+        gt_pass("%s == %s %-4s %s", a->targets, b->targets, kiln_dtype_str(c->dt), shape);
       else
-        g_fail++;
+        gt_fail("%s == %s %-4s outputs differ", a->targets, b->targets, kiln_dtype_str(c->dt));
     }
 }
 
@@ -561,8 +524,7 @@ static void check_sources(const char *root, const kiln_device_info *info) {
   for (size_t i = 0; i < N_SUBSET; i++)
     for (size_t d = 0; d < 3 && keep(&kSubset[i]); d++)
       if (ref_case_make(&cases[i][d], &kSubset[i], kDtypes[d], g_seed++) != 0) {
-        g_fail++;
-        printf("FAIL out of host memory\n");
+        gt_fail("out of host memory");
       }
   for (size_t k = 0; k < 3; k++) {
     if (k == 2 && (info->cc_minor == 0 || info->cc_major * 10 < KILN_MIN_ARCH)) {
@@ -582,13 +544,6 @@ static void check_sources(const char *root, const kiln_device_info *info) {
 }
 
 /* ---- main ------------------------------------------------------------------------------- */
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st;
-  (void)flag;
-  (void)ftw;
-  return remove(path);
-}
 
 static void print_sources(kiln_loader *l) {
   for (size_t u = 0; u < kiln_unit_count(); u++) {
@@ -617,54 +572,17 @@ static void note_toolchain(const kiln_device_info *info) {
 }
 
 int main(void) {
-  kiln_loader_options o = KILN_LOADER_OPTIONS_INIT;
-  kiln_loader *l = NULL;
-  kiln_device_info info;
-  const char *quick = getenv("KILN_GPU_TEST_QUICK"), *tmp = getenv("TMPDIR");
-  const char *env_cache = getenv("KILN_CACHE_DIR");
-  char root[4096], main_cache[4200], msg[512];
-  int n = 0;
-  kiln_status st = kiln_device_count(&n);
-  if (st != KILN_OK || n == 0) {
-    printf("gpu.softmax: skipped: %s\n",
-           st != KILN_OK ? kiln_last_error() : "the driver reports no CUDA device");
-    return SKIP;
-  }
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  g_quick = quick && *quick && strcmp(quick, "0") != 0;
-  snprintf(root, sizeof root, "%s/kiln-gpu-test-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  if (!mkdtemp(root)) { /* 0700 */
-    perror("gpu.softmax: mkdtemp");
-    return 1;
-  }
-  snprintf(main_cache, sizeof main_cache, "%s/main", root);
-  o.device = 0;
-  o.cache_dir = env_cache && *env_cache ? NULL : main_cache;
-  if ((st = kiln_loader_open(&l, &o)) != KILN_OK ||
-      (st = kiln_loader_device(l, &info)) != KILN_OK) {
-    printf("FAIL open a loader on device 0: %s: %s\n", kiln_status_str(st), kiln_last_error());
-    g_fail++;
-    goto out;
-  }
-  printf("device 0: %s, sm_%d%d, %d SMs, driver %d (PTX ISA up to %d.%d), cache %s%s\n", info.name,
-         info.cc_major, info.cc_minor, info.sm_count, info.driver_version, info.ptx_isa / 10,
-         info.ptx_isa % 10, o.cache_dir ? o.cache_dir : env_cache, g_quick ? ", quick" : "");
-  note_toolchain(&info);
-  /* the loader's context is device 0's primary context: make it current for
-   * the test's own allocations and copies */
-  if (!dev_open(0, msg, sizeof msg)) {
-    printf("FAIL make device 0's primary context current: %s\n", msg);
-    g_fail++;
-    goto out;
-  }
-  check_invalid_args(l);
-  run_suite(l);
-  print_sources(l);
-  check_sources(root, &info);
+  gt_run r;
+  const int rc = gt_init(&r, "softmax");
+  if (rc) return rc;
+  if (!gt_open(&r)) goto out;
+  gt_print_device(&r, GT_SHOW_DRIVER | GT_SHOW_PTX_ISA | GT_SHOW_CACHE);
+  note_toolchain(&r.info);
+  if (!gt_context(&r)) goto out;
+  check_invalid_args(r.loader);
+  run_suite(r.loader);
+  print_sources(r.loader);
+  check_sources(r.root, &r.info);
 out:
-  dev_close();
-  kiln_loader_close(l);
-  nftw(root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-  printf("gpu.softmax: %d passed, %d failed\n", g_pass, g_fail);
-  return g_fail ? 1 : 0;
+  return gt_finish(&r);
 }
