@@ -36,7 +36,7 @@ PY
 IT_TIMEOUT=2000 expect_exit 0 kiln build --arch all --cache "$cache" --json
 cp "$OUT" "$T/build.json"
 targets=$(json "$T/build.json" 'd["targets"]')
-expect_eq "$(json "$T/build.json" '[d["failed"], d["built"] + d["hits"] == d["targets"]]')" "[0, True]" \
+expect_eq "$(json "$T/build.json" '[d["failed"], d["built"] + d["hits"] == d["targets"]]')" "[0, true]" \
   "build --arch all: failures, every target accounted for"
 log "$units units, $targets unit x target builds in $(json "$T/build.json" 'round(d["wall_ms"] / 1000, 1)') s"
 
