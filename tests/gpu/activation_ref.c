@@ -6,7 +6,7 @@
 #include <stdio.h>  /* snprintf */
 #include <stdlib.h> /* calloc, free */
 
-#include "common/half.h" /* kiln_f32_to_f16, ... (round to nearest even) */
+#include "tests/gpu/harness.h" /* elements of a dtype, xorshift64* */
 
 /* The kernel's constants, as the fp32 values it computes with. */
 #define K0 ((double)0.79788456f)
@@ -28,40 +28,12 @@
 #define BF16_HALF_ULP 0x1p-8
 #define F16_HALF_SUB 0x1p-25
 
-size_t act_dtype_size(kiln_dtype dt) {
-  return dt == KILN_F32 ? 4 : 2;
-}
-
-double act_get(kiln_dtype dt, const void *p, size_t i) {
-  if (dt == KILN_F32) return ((const float *)p)[i];
-  if (dt == KILN_F16) return kiln_f16_to_f32(((const uint16_t *)p)[i]);
-  return kiln_bf16_to_f32(((const uint16_t *)p)[i]);
-}
-
-static void act_set(kiln_dtype dt, void *p, size_t i, float v) {
-  if (dt == KILN_F32)
-    ((float *)p)[i] = v;
-  else if (dt == KILN_F16)
-    ((uint16_t *)p)[i] = kiln_f32_to_f16(v);
-  else
-    ((uint16_t *)p)[i] = kiln_f32_to_bf16(v);
-}
-
-static uint64_t rng_next(uint64_t *s) { /* xorshift64* */
-  uint64_t x = *s;
-  x ^= x >> 12;
-  x ^= x << 25;
-  x ^= x >> 27;
-  *s = x;
-  return x * 0x2545F4914F6CDD1DULL;
-}
-
 /* Uniform in [lo, hi), never a value that rounds to 0 in dt. */
 static void fill(kiln_dtype dt, void *p, size_t n, uint64_t *s, float lo, float hi) {
   for (size_t i = 0; i < n; i++) {
-    float v = lo + (hi - lo) * (float)((rng_next(s) >> 40) * 0x1p-24);
-    act_set(dt, p, i, v);
-    if (act_get(dt, p, i) == 0) act_set(dt, p, i, 0.375f);
+    float v = lo + (hi - lo) * gt_unit24(gt_rng_next(s));
+    gt_set(dt, p, i, v);
+    if (gt_get(dt, p, i) == 0) gt_set(dt, p, i, 0.375f);
   }
 }
 
@@ -74,16 +46,16 @@ static double out_tol(kiln_dtype dt, double ref, double f32_tol) {
 }
 
 static double bias_at(const act_case *c, int j) {
-  return c->s.bias ? act_get(c->dt, c->bias, (size_t)j) : 0.0;
+  return c->s.bias ? gt_get(c->dt, c->bias, (size_t)j) : 0.0;
 }
 
 static void gelu_ref(act_case *c) {
   const int cols = c->s.cols;
   for (size_t i = 0; i < c->n_out; i++) {
-    const double u = act_get(c->dt, c->x, i) + bias_at(c, (int)(i % cols));
+    const double u = gt_get(c->dt, c->x, i) + bias_at(c, (int)(i % cols));
     const double t = tanh(K0 * u * (1 + K1 * u * u)), au = fabs(u);
     const double g = 0.5 * u * ((1 - t * t) * (K0 + K2 * u * u)) + 0.5 * (1 + t);
-    const double dy = act_get(c->dt, c->dy, i);
+    const double dy = gt_get(c->dt, c->dy, i);
     c->y_ref[i] = u * 0.5 * (1 + t);
     c->y_tol[i] = out_tol(c->dt, c->y_ref[i], REL * fabs(c->y_ref[i]) + ABS_ULP * (1 + au));
     c->dx_ref[i] = dy * g;
@@ -98,9 +70,9 @@ static void swiglu_ref(act_case *c) {
   for (size_t i = 0; i < c->n_out; i++) {
     const size_t r = i / (size_t)cols, j = i % (size_t)cols;
     const size_t ia = r * (size_t)c->width + j, ib = ia + (size_t)cols;
-    const double u = act_get(c->dt, c->x, ia) + bias_at(c, (int)j);
-    const double w = act_get(c->dt, c->x, ib) + bias_at(c, cols + (int)j);
-    const double s = 1 / (1 + exp(-u)), dy = act_get(c->dt, c->dy, i), au = fabs(u);
+    const double u = gt_get(c->dt, c->x, ia) + bias_at(c, (int)j);
+    const double w = gt_get(c->dt, c->x, ib) + bias_at(c, cols + (int)j);
+    const double s = 1 / (1 + exp(-u)), dy = gt_get(c->dt, c->dy, i), au = fabs(u);
     /* relative: fp32 roundings, and sigmoid's conditioning |u| (1 - s) */
     const double rel = REL + 0x1p-22 * au;
     c->y_ref[i] = u * s * w;
@@ -114,7 +86,7 @@ static void swiglu_ref(act_case *c) {
 }
 
 int act_case_make(act_case *c, const act_shape *s, kiln_dtype dt, uint64_t seed) {
-  const size_t es = act_dtype_size(dt);
+  const size_t es = gt_dtype_size(dt);
   uint64_t rng = seed | 1;
   c->s = *s;
   c->dt = dt;
@@ -160,7 +132,7 @@ size_t act_check(kiln_dtype dt, const void *got, const double *ref, const double
   size_t bad = 0;
   *worst = 0;
   for (size_t i = 0; i < n; i++) {
-    const double g = act_get(dt, got, i), e = fabs(g - ref[i]);
+    const double g = gt_get(dt, got, i), e = fabs(g - ref[i]);
     if (isnan(g) || !(e <= tol[i])) {
       if (!bad++) *first = i;
     } else if (e / tol[i] > *worst) {

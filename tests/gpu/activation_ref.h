@@ -38,10 +38,6 @@ typedef struct act_case {
   double *dx_ref, *dx_tol; /* n_in */
 } act_case;
 
-size_t act_dtype_size(kiln_dtype dt);
-/* Element i of a dt tensor, widened exactly. */
-double act_get(kiln_dtype dt, const void *p, size_t i);
-
 /* Makes the inputs and both references; 0, or -1 when out of memory. */
 int act_case_make(act_case *c, const act_shape *s, kiln_dtype dt, uint64_t seed);
 void act_case_free(act_case *c);

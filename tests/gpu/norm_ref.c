@@ -3,40 +3,14 @@
 
 #include <math.h>
 
-#include "common/half.h" /* f16/bf16 conversions, as libkiln does them */
-
-size_t nref_size(kiln_dtype dt) {
-  return dt == KILN_F32 ? 4 : 2;
-}
-
-double nref_get(kiln_dtype dt, const void *p, size_t i) {
-  if (dt == KILN_F32) return ((const float *)p)[i];
-  if (dt == KILN_F16) return kiln_f16_to_f32(((const uint16_t *)p)[i]);
-  return kiln_bf16_to_f32(((const uint16_t *)p)[i]);
-}
-
-void nref_set(kiln_dtype dt, void *p, size_t i, float v) {
-  if (dt == KILN_F32)
-    ((float *)p)[i] = v;
-  else if (dt == KILN_F16)
-    ((uint16_t *)p)[i] = kiln_f32_to_f16(v);
-  else
-    ((uint16_t *)p)[i] = kiln_f32_to_bf16(v);
-}
-
-static double uniform(uint64_t *s) {
-  *s ^= *s >> 12;
-  *s ^= *s << 25;
-  *s ^= *s >> 27;
-  return (double)((*s * 0x2545F4914F6CDD1DULL) >> 11) * 0x1p-53;
-}
+#include "tests/gpu/harness.h" /* elements of a dtype, xorshift64* */
 
 void nref_fill(kiln_dtype dt, void *p, size_t n, double lo, double hi, double offset,
                uint64_t *seed) {
   for (size_t i = 0; i < n; ++i) {
-    double v = lo + (hi - lo) * uniform(seed);
+    double v = gt_rng_uniform(seed, lo, hi);
     if (fabs(v) < 1e-3) v = v < 0 ? -1e-3 : 1e-3; /* never zero */
-    nref_set(dt, p, i, (float)(v + offset));
+    gt_set(dt, p, i, (float)(v + offset));
   }
 }
 
@@ -48,19 +22,19 @@ void nref_fwd(int ln, kiln_dtype dt, kiln_dtype wdt, const void *x, const void *
     double m = 0, v = 0;
     if (ln) {
       for (int j = 0; j < cols; ++j)
-        m += nref_get(dt, x, off + j);
+        m += gt_get(dt, x, off + j);
       m /= cols;
     }
     for (int j = 0; j < cols; ++j) {
-      const double d = nref_get(dt, x, off + j) - m;
+      const double d = gt_get(dt, x, off + j) - m;
       v += d * d;
     }
     const double rs = 1.0 / sqrt(v / cols + eps);
     mean[r] = m;
     rstd[r] = rs;
     for (int j = 0; j < cols; ++j) {
-      double o = (nref_get(dt, x, off + j) - m) * rs * nref_get(wdt, gamma, j);
-      if (ln) o += nref_get(wdt, beta, j);
+      double o = (gt_get(dt, x, off + j) - m) * rs * gt_get(wdt, gamma, j);
+      if (ln) o += gt_get(wdt, beta, j);
       y[off + j] = o;
     }
   }
@@ -77,9 +51,9 @@ void nref_bwd(int ln, kiln_dtype dt, kiln_dtype wdt, const void *dy, const void 
     const double m = ln ? mean[r] : 0.0, rs = rstd[r];
     double s1 = 0, s2 = 0;
     for (int j = 0; j < cols; ++j) {
-      const double xh = (nref_get(dt, x, off + j) - m) * rs;
-      const double d = nref_get(dt, dy, off + j);
-      const double g = d * nref_get(wdt, gamma, j);
+      const double xh = (gt_get(dt, x, off + j) - m) * rs;
+      const double d = gt_get(dt, dy, off + j);
+      const double g = d * gt_get(wdt, gamma, j);
       s1 += g;
       s2 += g * xh;
       dgamma[j] += d * xh;
@@ -90,8 +64,8 @@ void nref_bwd(int ln, kiln_dtype dt, kiln_dtype wdt, const void *dy, const void 
     s1 = ln ? s1 / cols : 0.0;
     s2 /= cols;
     for (int j = 0; j < cols; ++j) {
-      const double xh = (nref_get(dt, x, off + j) - m) * rs;
-      const double g = nref_get(dt, dy, off + j) * nref_get(wdt, gamma, j);
+      const double xh = (gt_get(dt, x, off + j) - m) * rs;
+      const double g = gt_get(dt, dy, off + j) * gt_get(wdt, gamma, j);
       dx[off + j] = rs * (g - s1 - xh * s2);
       dx_abs[off + j] = rs * (fabs(g) + fabs(s1) + fabs(xh * s2));
     }

@@ -13,12 +13,6 @@
 
 #include "kiln/ops.h" /* kiln_dtype */
 
-size_t nref_size(kiln_dtype dt);
-/* Element i of a dt tensor, widened exactly. */
-double nref_get(kiln_dtype dt, const void *p, size_t i);
-/* Stores v rounded to nearest even into element i. */
-void nref_set(kiln_dtype dt, void *p, size_t i, float v);
-
 /* n values uniform in [lo, hi) + offset, none of them zero, stored as dt. */
 void nref_fill(kiln_dtype dt, void *p, size_t n, double lo, double hi, double offset,
                uint64_t *seed);

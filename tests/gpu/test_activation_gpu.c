@@ -17,24 +17,21 @@
  * Environment: KILN_CACHE_DIR (else a temp cache, built on first use);
  * KILN_GPU_TEST_QUICK=1 keeps only small shapes (for a CPU test double of
  * libcuda named by KILN_CUDA_LIBRARY, which emulates the kernels). */
-#include <ftw.h>    /* nftw, to remove the temp cache */
 #include <limits.h> /* LLONG_MAX, INT_MAX */
 #include <stdio.h>  /* printf, snprintf */
-#include <stdlib.h> /* getenv, mkdtemp, malloc */
-#include <string.h> /* memcmp, memset, strcmp */
+#include <stdlib.h> /* malloc */
+#include <string.h> /* memcmp, memset, strlen */
 
-#include "kiln/loader.h"              /* kiln_loader_open, kiln_device_count */
+#include "kiln/loader.h"              /* kiln_loader_function */
 #include "kiln/ops.h"                 /* the ops under test */
 #include "loader/driver.h"            /* kiln_cuda: LaunchKernel, for the grid checks */
 #include "tests/gpu/activation_ref.h" /* inputs and the float64 reference */
 #include "tests/gpu/device.h"         /* device buffers with poisoned guards */
+#include "tests/gpu/harness.h"        /* the run, counters, einval checks, elements */
 
-#define SKIP 77
 #define QUICK_MAX_ELEMS 20000 /* KILN_GPU_TEST_QUICK: largest rows * width */
 #define FULL_MAX_ELEMS (64LL << 20)
 
-static int g_quick;
-static int g_pass, g_fail;
 static uint64_t g_seed = 0x6b696c6e2d616374ULL;
 
 static const kiln_dtype kDtypes[] = {KILN_F32, KILN_F16, KILN_BF16};
@@ -116,7 +113,7 @@ static void bufs_free(case_bufs *b) {
 }
 
 static int bufs_alloc(case_bufs *b, const act_case *c, char *msg, size_t cap) {
-  const size_t es = act_dtype_size(c->dt), off = c->s.misalign ? es : 0;
+  const size_t es = gt_dtype_size(c->dt), off = c->s.misalign ? es : 0;
   memset(b, 0, sizeof *b);
   return tb_alloc(&b->x, c->n_in * es, off, msg, cap) &&
          tb_alloc(&b->bias, (size_t)c->width * es, off, msg, cap) &&
@@ -220,23 +217,18 @@ static void report(const char *dir, const act_case *c, int ran, const char *msg,
   len = strlen(shape);
   if (g_grid) snprintf(shape + len, sizeof shape - len, " grid=%u", g_grid);
   if (ran) bad = act_check(c->dt, got, ref, tol, n, &first, &worst);
-  if (ran && bad == 0) {
-    g_pass++;
-    printf("ok   %s %-4s %s  (worst %.2f of tolerance)\n", dir, kiln_dtype_str(c->dt), shape,
-           worst);
-    return;
-  }
-  g_fail++;
-  if (!ran)
-    printf("FAIL %s %-4s %s: %s\n", dir, kiln_dtype_str(c->dt), shape, msg);
+  if (ran && bad == 0)
+    gt_pass("%s %-4s %s  (worst %.2f of tolerance)", dir, kiln_dtype_str(c->dt), shape, worst);
+  else if (!ran)
+    gt_fail("%s %-4s %s: %s", dir, kiln_dtype_str(c->dt), shape, msg);
   else
-    printf("FAIL %s %-4s %s: %zu wrong, first [row %zu, col %zu] = %.9g, expected %.9g +- %.3g\n",
-           dir, kiln_dtype_str(c->dt), shape, bad, first / (size_t)row_width,
-           first % (size_t)row_width, act_get(c->dt, got, first), ref[first], tol[first]);
+    gt_fail("%s %-4s %s: %zu wrong, first [row %zu, col %zu] = %.9g, expected %.9g +- %.3g", dir,
+            kiln_dtype_str(c->dt), shape, bad, first / (size_t)row_width, first % (size_t)row_width,
+            gt_get(c->dt, got, first), ref[first], tol[first]);
 }
 
 static void run_case(kiln_loader *l, const act_case *c) {
-  const size_t es = act_dtype_size(c->dt);
+  const size_t es = gt_dtype_size(c->dt);
   char msg[512] = "";
   case_bufs b;
   void *y = malloc(c->n_out * es), *dx = malloc(c->n_in * es);
@@ -253,106 +245,84 @@ static void run_case(kiln_loader *l, const act_case *c) {
 
 /* ---- 1. invalid arguments ------------------------------------------------------------ */
 
-static void expect_einval(const char *what, kiln_status st) {
-  if (st == KILN_EINVAL && kiln_last_error()[0]) {
-    g_pass++;
-    printf("ok   einval %s: %s\n", what, kiln_last_error());
-  } else {
-    g_fail++;
-    printf("FAIL einval %s: returned %s (%s), want KILN_EINVAL with a message\n", what,
-           kiln_status_str(st), kiln_last_error());
-  }
-}
-
 /* Every call is invalid in exactly one argument; none may launch, so the
  * poisoned output must come back untouched. */
 static void check_invalid_args(kiln_loader *l) {
   enum { ROWS = 2, COLS = 8, N = ROWS * 2 * COLS };
   const kiln_dtype f32 = KILN_F32, bad = (kiln_dtype)7;
   const long long huge = LLONG_MAX / 4;
-  unsigned char host[N * 4];
+  const size_t bytes = N * 4; /* the output, f32 */
   char msg[256] = "";
   dbuf out = {0, 0}, in = {0, 0};
   void *o, *i;
-  if (!dev_alloc(&out, sizeof host, msg, sizeof msg) ||
-      !dev_alloc(&in, sizeof host, msg, sizeof msg)) {
-    g_fail++;
-    printf("FAIL einval: %s\n", msg);
+  if (!dev_alloc(&out, bytes, msg, sizeof msg) || !dev_alloc(&in, bytes, msg, sizeof msg)) {
+    gt_fail("einval: %s", msg);
     goto out;
   }
   o = dptr(out.p);
   i = dptr(in.p);
   /* bias_gelu_fwd */
-  expect_einval("bias_gelu_fwd loader=NULL",
-                kiln_bias_gelu_fwd(NULL, f32, o, i, i, ROWS, COLS, NULL));
-  expect_einval("bias_gelu_fwd dtype=7", kiln_bias_gelu_fwd(l, bad, o, i, i, ROWS, COLS, NULL));
-  expect_einval("bias_gelu_fwd y=NULL", kiln_bias_gelu_fwd(l, f32, NULL, i, i, ROWS, COLS, NULL));
-  expect_einval("bias_gelu_fwd x=NULL", kiln_bias_gelu_fwd(l, f32, o, NULL, i, ROWS, COLS, NULL));
-  expect_einval("bias_gelu_fwd rows=0", kiln_bias_gelu_fwd(l, f32, o, i, i, 0, COLS, NULL));
-  expect_einval("bias_gelu_fwd rows=-1", kiln_bias_gelu_fwd(l, f32, o, i, i, -1, COLS, NULL));
-  expect_einval("bias_gelu_fwd cols=0", kiln_bias_gelu_fwd(l, f32, o, i, i, ROWS, 0, NULL));
-  expect_einval("bias_gelu_fwd cols=-1", kiln_bias_gelu_fwd(l, f32, o, i, i, ROWS, -1, NULL));
-  expect_einval("bias_gelu_fwd rows*cols*4 overflows",
-                kiln_bias_gelu_fwd(l, f32, o, i, i, huge, COLS, NULL));
+  gt_expect_einval("bias_gelu_fwd loader=NULL",
+                   kiln_bias_gelu_fwd(NULL, f32, o, i, i, ROWS, COLS, NULL));
+  gt_expect_einval("bias_gelu_fwd dtype=7", kiln_bias_gelu_fwd(l, bad, o, i, i, ROWS, COLS, NULL));
+  gt_expect_einval("bias_gelu_fwd y=NULL",
+                   kiln_bias_gelu_fwd(l, f32, NULL, i, i, ROWS, COLS, NULL));
+  gt_expect_einval("bias_gelu_fwd x=NULL",
+                   kiln_bias_gelu_fwd(l, f32, o, NULL, i, ROWS, COLS, NULL));
+  gt_expect_einval("bias_gelu_fwd rows=0", kiln_bias_gelu_fwd(l, f32, o, i, i, 0, COLS, NULL));
+  gt_expect_einval("bias_gelu_fwd rows=-1", kiln_bias_gelu_fwd(l, f32, o, i, i, -1, COLS, NULL));
+  gt_expect_einval("bias_gelu_fwd cols=0", kiln_bias_gelu_fwd(l, f32, o, i, i, ROWS, 0, NULL));
+  gt_expect_einval("bias_gelu_fwd cols=-1", kiln_bias_gelu_fwd(l, f32, o, i, i, ROWS, -1, NULL));
+  gt_expect_einval("bias_gelu_fwd rows*cols*4 overflows",
+                   kiln_bias_gelu_fwd(l, f32, o, i, i, huge, COLS, NULL));
   /* bias_gelu_bwd */
-  expect_einval("bias_gelu_bwd loader=NULL",
-                kiln_bias_gelu_bwd(NULL, f32, o, i, i, i, ROWS, COLS, NULL));
-  expect_einval("bias_gelu_bwd dtype=7", kiln_bias_gelu_bwd(l, bad, o, i, i, i, ROWS, COLS, NULL));
-  expect_einval("bias_gelu_bwd dx=NULL",
-                kiln_bias_gelu_bwd(l, f32, NULL, i, i, i, ROWS, COLS, NULL));
-  expect_einval("bias_gelu_bwd dy=NULL",
-                kiln_bias_gelu_bwd(l, f32, o, NULL, i, i, ROWS, COLS, NULL));
-  expect_einval("bias_gelu_bwd x=NULL",
-                kiln_bias_gelu_bwd(l, f32, o, i, NULL, i, ROWS, COLS, NULL));
-  expect_einval("bias_gelu_bwd rows=0", kiln_bias_gelu_bwd(l, f32, o, i, i, i, 0, COLS, NULL));
-  expect_einval("bias_gelu_bwd cols=0", kiln_bias_gelu_bwd(l, f32, o, i, i, i, ROWS, 0, NULL));
-  expect_einval("bias_gelu_bwd rows*cols*2 overflows",
-                kiln_bias_gelu_bwd(l, KILN_BF16, o, i, i, i, huge, COLS, NULL));
+  gt_expect_einval("bias_gelu_bwd loader=NULL",
+                   kiln_bias_gelu_bwd(NULL, f32, o, i, i, i, ROWS, COLS, NULL));
+  gt_expect_einval("bias_gelu_bwd dtype=7",
+                   kiln_bias_gelu_bwd(l, bad, o, i, i, i, ROWS, COLS, NULL));
+  gt_expect_einval("bias_gelu_bwd dx=NULL",
+                   kiln_bias_gelu_bwd(l, f32, NULL, i, i, i, ROWS, COLS, NULL));
+  gt_expect_einval("bias_gelu_bwd dy=NULL",
+                   kiln_bias_gelu_bwd(l, f32, o, NULL, i, i, ROWS, COLS, NULL));
+  gt_expect_einval("bias_gelu_bwd x=NULL",
+                   kiln_bias_gelu_bwd(l, f32, o, i, NULL, i, ROWS, COLS, NULL));
+  gt_expect_einval("bias_gelu_bwd rows=0", kiln_bias_gelu_bwd(l, f32, o, i, i, i, 0, COLS, NULL));
+  gt_expect_einval("bias_gelu_bwd cols=0", kiln_bias_gelu_bwd(l, f32, o, i, i, i, ROWS, 0, NULL));
+  gt_expect_einval("bias_gelu_bwd rows*cols*2 overflows",
+                   kiln_bias_gelu_bwd(l, KILN_BF16, o, i, i, i, huge, COLS, NULL));
   /* bias_swiglu_fwd */
-  expect_einval("bias_swiglu_fwd loader=NULL",
-                kiln_bias_swiglu_fwd(NULL, f32, o, i, i, ROWS, COLS, NULL));
-  expect_einval("bias_swiglu_fwd dtype=7", kiln_bias_swiglu_fwd(l, bad, o, i, i, ROWS, COLS, NULL));
-  expect_einval("bias_swiglu_fwd y=NULL",
-                kiln_bias_swiglu_fwd(l, f32, NULL, i, i, ROWS, COLS, NULL));
-  expect_einval("bias_swiglu_fwd x=NULL",
-                kiln_bias_swiglu_fwd(l, f32, o, NULL, i, ROWS, COLS, NULL));
-  expect_einval("bias_swiglu_fwd rows=0", kiln_bias_swiglu_fwd(l, f32, o, i, i, 0, COLS, NULL));
-  expect_einval("bias_swiglu_fwd cols=0", kiln_bias_swiglu_fwd(l, f32, o, i, i, ROWS, 0, NULL));
-  expect_einval("bias_swiglu_fwd cols=-3", kiln_bias_swiglu_fwd(l, f32, o, i, i, ROWS, -3, NULL));
-  expect_einval("bias_swiglu_fwd rows*2*cols*4 overflows",
-                kiln_bias_swiglu_fwd(l, f32, o, i, i, LLONG_MAX / 64, INT_MAX, NULL));
+  gt_expect_einval("bias_swiglu_fwd loader=NULL",
+                   kiln_bias_swiglu_fwd(NULL, f32, o, i, i, ROWS, COLS, NULL));
+  gt_expect_einval("bias_swiglu_fwd dtype=7",
+                   kiln_bias_swiglu_fwd(l, bad, o, i, i, ROWS, COLS, NULL));
+  gt_expect_einval("bias_swiglu_fwd y=NULL",
+                   kiln_bias_swiglu_fwd(l, f32, NULL, i, i, ROWS, COLS, NULL));
+  gt_expect_einval("bias_swiglu_fwd x=NULL",
+                   kiln_bias_swiglu_fwd(l, f32, o, NULL, i, ROWS, COLS, NULL));
+  gt_expect_einval("bias_swiglu_fwd rows=0", kiln_bias_swiglu_fwd(l, f32, o, i, i, 0, COLS, NULL));
+  gt_expect_einval("bias_swiglu_fwd cols=0", kiln_bias_swiglu_fwd(l, f32, o, i, i, ROWS, 0, NULL));
+  gt_expect_einval("bias_swiglu_fwd cols=-3",
+                   kiln_bias_swiglu_fwd(l, f32, o, i, i, ROWS, -3, NULL));
+  gt_expect_einval("bias_swiglu_fwd rows*2*cols*4 overflows",
+                   kiln_bias_swiglu_fwd(l, f32, o, i, i, LLONG_MAX / 64, INT_MAX, NULL));
   /* bias_swiglu_bwd */
-  expect_einval("bias_swiglu_bwd loader=NULL",
-                kiln_bias_swiglu_bwd(NULL, f32, o, i, i, i, ROWS, COLS, NULL));
-  expect_einval("bias_swiglu_bwd dtype=7",
-                kiln_bias_swiglu_bwd(l, bad, o, i, i, i, ROWS, COLS, NULL));
-  expect_einval("bias_swiglu_bwd dx=NULL",
-                kiln_bias_swiglu_bwd(l, f32, NULL, i, i, i, ROWS, COLS, NULL));
-  expect_einval("bias_swiglu_bwd dy=NULL",
-                kiln_bias_swiglu_bwd(l, f32, o, NULL, i, i, ROWS, COLS, NULL));
-  expect_einval("bias_swiglu_bwd x=NULL",
-                kiln_bias_swiglu_bwd(l, f32, o, i, NULL, i, ROWS, COLS, NULL));
-  expect_einval("bias_swiglu_bwd rows=-5",
-                kiln_bias_swiglu_bwd(l, f32, o, i, i, i, -5, COLS, NULL));
-  expect_einval("bias_swiglu_bwd cols=0", kiln_bias_swiglu_bwd(l, f32, o, i, i, i, ROWS, 0, NULL));
-  expect_einval("bias_swiglu_bwd rows*2*cols*2 overflows",
-                kiln_bias_swiglu_bwd(l, KILN_F16, o, i, i, i, huge, COLS, NULL));
-  /* nothing ran: the output is still all 0xFF */
-  if (dev_sync("sync after invalid calls", msg, sizeof msg) &&
-      dev_get(&out, host, "out", msg, sizeof msg)) {
-    size_t k = 0;
-    while (k < sizeof host && host[k] == 0xFF)
-      k++;
-    if (k < sizeof host)
-      snprintf(msg, sizeof msg, "an invalid call launched: byte %zu of the output changed", k);
-  }
-  if (msg[0]) {
-    g_fail++;
-    printf("FAIL einval: %s\n", msg);
-  } else {
-    g_pass++;
-    printf("ok   einval: no invalid call launched anything\n");
-  }
+  gt_expect_einval("bias_swiglu_bwd loader=NULL",
+                   kiln_bias_swiglu_bwd(NULL, f32, o, i, i, i, ROWS, COLS, NULL));
+  gt_expect_einval("bias_swiglu_bwd dtype=7",
+                   kiln_bias_swiglu_bwd(l, bad, o, i, i, i, ROWS, COLS, NULL));
+  gt_expect_einval("bias_swiglu_bwd dx=NULL",
+                   kiln_bias_swiglu_bwd(l, f32, NULL, i, i, i, ROWS, COLS, NULL));
+  gt_expect_einval("bias_swiglu_bwd dy=NULL",
+                   kiln_bias_swiglu_bwd(l, f32, o, NULL, i, i, ROWS, COLS, NULL));
+  gt_expect_einval("bias_swiglu_bwd x=NULL",
+                   kiln_bias_swiglu_bwd(l, f32, o, i, NULL, i, ROWS, COLS, NULL));
+  gt_expect_einval("bias_swiglu_bwd rows=-5",
+                   kiln_bias_swiglu_bwd(l, f32, o, i, i, i, -5, COLS, NULL));
+  gt_expect_einval("bias_swiglu_bwd cols=0",
+                   kiln_bias_swiglu_bwd(l, f32, o, i, i, i, ROWS, 0, NULL));
+  gt_expect_einval("bias_swiglu_bwd rows*2*cols*2 overflows",
+                   kiln_bias_swiglu_bwd(l, KILN_F16, o, i, i, i, huge, COLS, NULL));
+  gt_expect_untouched(&out); /* nothing ran: the output is still all 0xFF */
 out:
   dev_free(&out);
   dev_free(&in);
@@ -368,7 +338,7 @@ static const int kCols[] = {1, 3, 7, 1001, 8, 64, 4096, 16384};
 
 static int keep(const act_shape *s) {
   const long long width = s->unit == ACT_SWIGLU ? 2LL * s->cols : s->cols;
-  return s->rows * width <= (g_quick ? QUICK_MAX_ELEMS : FULL_MAX_ELEMS);
+  return s->rows * width <= (gt_quick() ? QUICK_MAX_ELEMS : FULL_MAX_ELEMS);
 }
 
 static size_t add(act_shape *out, size_t n, act_unit u, long long rows, int cols, int bias,
@@ -402,7 +372,7 @@ static size_t make_shapes(act_shape *out) {
   n = add(out, n, ACT_GELU, 2, 64, 0, 1, 1);
   n = add(out, n, ACT_SWIGLU, 3, 64, 1, 0, 1);
   n = add(out, n, ACT_SWIGLU, 2, 8, 0, 0, 1);
-  if (!g_quick) {
+  if (!gt_quick()) {
     n = add(out, n, ACT_GELU, 1024, 16384, 1, 0, 0);
     n = add(out, n, ACT_GELU, 1000, 4099, 1, 1, 0);
     n = add(out, n, ACT_SWIGLU, 512, 16384, 1, 0, 0);
@@ -419,8 +389,7 @@ static void run_suite(kiln_loader *l) {
     for (size_t d = 0; d < 3; d++) {
       act_case c;
       if (act_case_make(&c, &shapes[i], kDtypes[d], g_seed++) != 0) {
-        g_fail++;
-        printf("FAIL out of host memory\n");
+        gt_fail("out of host memory");
         continue;
       }
       run_case(l, &c);
@@ -443,8 +412,7 @@ static void run_grids(kiln_loader *l) {
       for (size_t d = 0; d < 3; d++) {
         act_case c;
         if (act_case_make(&c, &shapes[i], kDtypes[d], g_seed++) != 0) {
-          g_fail++;
-          printf("FAIL out of host memory\n");
+          gt_fail("out of host memory");
           continue;
         }
         g_grid = grids[g];
@@ -456,59 +424,12 @@ static void run_grids(kiln_loader *l) {
 
 /* ---- main ------------------------------------------------------------------------------- */
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st;
-  (void)flag;
-  (void)ftw;
-  return remove(path);
-}
-
 int main(void) {
-  kiln_loader_options o = KILN_LOADER_OPTIONS_INIT;
-  kiln_loader *l = NULL;
-  kiln_device_info info;
-  const char *quick = getenv("KILN_GPU_TEST_QUICK"), *tmp = getenv("TMPDIR");
-  const char *env_cache = getenv("KILN_CACHE_DIR");
-  char root[4096], main_cache[4200], msg[512];
-  int n = 0;
-  kiln_status st = kiln_device_count(&n);
-  if (st != KILN_OK || n == 0) {
-    printf("gpu.activation: skipped: %s\n",
-           st != KILN_OK ? kiln_last_error() : "the driver reports no CUDA device");
-    return SKIP;
+  gt_run r;
+  if (gt_start(&r, "activation", GT_SHOW_CACHE)) {
+    check_invalid_args(r.loader);
+    run_suite(r.loader);
+    run_grids(r.loader);
   }
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  g_quick = quick && *quick && strcmp(quick, "0") != 0;
-  snprintf(root, sizeof root, "%s/kiln-gpu-test-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  if (!mkdtemp(root)) { /* 0700 */
-    perror("gpu.activation: mkdtemp");
-    return 1;
-  }
-  snprintf(main_cache, sizeof main_cache, "%s/main", root);
-  o.device = 0;
-  o.cache_dir = env_cache && *env_cache ? NULL : main_cache;
-  if ((st = kiln_loader_open(&l, &o)) != KILN_OK ||
-      (st = kiln_loader_device(l, &info)) != KILN_OK) {
-    printf("FAIL open a loader on device 0: %s: %s\n", kiln_status_str(st), kiln_last_error());
-    g_fail++;
-    goto out;
-  }
-  printf("device 0: %s, sm_%d%d, %d SMs, cache %s%s\n", info.name, info.cc_major, info.cc_minor,
-         info.sm_count, o.cache_dir ? o.cache_dir : env_cache, g_quick ? ", quick" : "");
-  /* the loader's context is device 0's primary context: make it current for
-   * the test's own allocations and copies */
-  if (!dev_open(0, msg, sizeof msg)) {
-    printf("FAIL make device 0's primary context current: %s\n", msg);
-    g_fail++;
-    goto out;
-  }
-  check_invalid_args(l);
-  run_suite(l);
-  run_grids(l);
-out:
-  dev_close();
-  kiln_loader_close(l);
-  nftw(root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-  printf("gpu.activation: %d passed, %d failed\n", g_pass, g_fail);
-  return g_fail ? 1 : 0;
+  return gt_finish(&r);
 }

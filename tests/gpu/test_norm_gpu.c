@@ -15,22 +15,18 @@
  *
  * Environment: KILN_CACHE_DIR (else a temp cache); KILN_GPU_TEST_QUICK=1
  * keeps only small shapes (for the CPU test double of libcuda). */
-#include <ftw.h>    /* nftw */
 #include <limits.h> /* LLONG_MAX */
 #include <math.h>   /* fabs, sqrt, NAN */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#include <stdio.h>  /* snprintf */
+#include <stdlib.h> /* calloc */
+#include <string.h> /* memcmp, memset */
 
-#include "kiln/loader.h"        /* kiln_loader_open, kiln_device_count */
+#include "kiln/loader.h"        /* kiln_loader */
 #include "kiln/ops.h"           /* the ops under test */
 #include "tests/gpu/device.h"   /* device buffers with poisoned guards */
+#include "tests/gpu/harness.h"  /* the run, counters, einval checks, elements */
 #include "tests/gpu/norm_ref.h" /* inputs and the float64 reference */
 
-#define SKIP 77
-
-static int g_quick;
-static int g_pass, g_fail;
 static uint64_t g_seed = 0x6e6f726d2d677075ULL;
 
 typedef struct pair {
@@ -89,12 +85,12 @@ static int compare(const char *what, kiln_dtype dt, const void *h, size_t off, c
   /* f16 results below 2^-14 are subnormal: spaced 2^-24 whatever their size */
   const double floor_abs = dt == KILN_F16 ? 0x1p-24 : 0;
   for (size_t i = 0; i < off; ++i)
-    if (((const unsigned char *)h)[i * nref_size(dt)] != 0xFF) {
+    if (((const unsigned char *)h)[i * gt_dtype_size(dt)] != 0xFF) {
       snprintf(msg, cap, "%s: element before the start (-%zu) was written", what, off - i);
       return 0;
     }
   for (size_t i = 0; i < n; ++i) {
-    const double got = nref_get(dt, h, off + i);
+    const double got = gt_get(dt, h, off + i);
     const double tol = rel * fabs(want[i]) + (atol_each ? atol_each[i] : atol) + floor_abs;
     if (!(fabs(got - want[i]) <= tol)) {
       snprintf(msg, cap, "%s[%zu] = %.9g, want %.9g (tolerance %.3g)", what, i, got, want[i], tol);
@@ -105,13 +101,10 @@ static int compare(const char *what, kiln_dtype dt, const void *h, size_t off, c
 }
 
 static void report(int ok, const char *what, const char *msg) {
-  if (ok) {
-    g_pass++;
-    printf("ok   %s\n", what);
-  } else {
-    g_fail++;
-    printf("FAIL %s: %s\n", what, msg);
-  }
+  if (ok)
+    gt_pass("%s", what);
+  else
+    gt_fail("%s: %s", what, msg);
 }
 
 /* ---- one case -------------------------------------------------------------------- */
@@ -154,7 +147,7 @@ static int st_ok(kiln_status st, char *msg, size_t cap) {
 static void run_case(kiln_loader *l, int ln, pair p, const shape *s) {
   const long long rows = s->rows;
   const int cols = s->cols;
-  const size_t n = (size_t)rows * (size_t)cols, es = nref_size(p.dt), ws = nref_size(p.wdt);
+  const size_t n = (size_t)rows * (size_t)cols, es = gt_dtype_size(p.dt), ws = gt_dtype_size(p.wdt);
   const size_t off = s->mode == M_MISALIGNED ? 1 : 0;
   const size_t tbytes = (n + off) * es;
   const float eps = 1e-5f;
@@ -339,7 +332,7 @@ static void run_suite(kiln_loader *l) {
     for (size_t pi = 0; pi < sizeof kPairs / sizeof *kPairs; ++pi) {
       for (size_t i = 0; i < sizeof kQuick / sizeof *kQuick; ++i)
         run_case(l, ln, kPairs[pi], &kQuick[i]);
-      if (!g_quick)
+      if (!gt_quick())
         for (size_t i = 0; i < sizeof kFull / sizeof *kFull; ++i)
           run_case(l, ln, kPairs[pi], &kFull[i]);
       if (kPairs[pi].dt == KILN_F32)
@@ -349,17 +342,6 @@ static void run_suite(kiln_loader *l) {
 }
 
 /* ---- invalid arguments ---------------------------------------------------------- */
-
-static void expect_einval(const char *what, kiln_status st) {
-  if (st == KILN_EINVAL && kiln_last_error()[0]) {
-    g_pass++;
-    printf("ok   einval %s: %s\n", what, kiln_last_error());
-  } else {
-    g_fail++;
-    printf("FAIL einval %s: returned %s (%s), want KILN_EINVAL with a message\n", what,
-           kiln_status_str(st), kiln_last_error());
-  }
-}
 
 static void check_invalid_args(kiln_loader *l) {
   enum { R = 3, C = 16 };
@@ -375,65 +357,70 @@ static void check_invalid_args(kiln_loader *l) {
   void *X = dptr(x.p), *Y = dptr(y.p), *G = dptr(g.p), *W = dptr(w.p);
   float *S = (float *)dptr(st.p);
   const kiln_dtype F = KILN_F32;
-  expect_einval("ln fwd loader NULL",
-                kiln_layer_norm_fwd(NULL, F, F, Y, S, S, X, G, G, R, C, 1e-5f, NULL));
-  expect_einval("ln fwd dtype 99",
-                kiln_layer_norm_fwd(l, (kiln_dtype)99, F, Y, S, S, X, G, G, R, C, 1e-5f, NULL));
-  expect_einval("ln fwd wdt bf16 for f16",
-                kiln_layer_norm_fwd(l, KILN_F16, KILN_BF16, Y, S, S, X, G, G, R, C, 1e-5f, NULL));
-  expect_einval("ln fwd wdt f16 for f32",
-                kiln_layer_norm_fwd(l, F, KILN_F16, Y, S, S, X, G, G, R, C, 1e-5f, NULL));
-  expect_einval("ln fwd rows 0", kiln_layer_norm_fwd(l, F, F, Y, S, S, X, G, G, 0, C, 1e-5f, NULL));
-  expect_einval("ln fwd cols 0", kiln_layer_norm_fwd(l, F, F, Y, S, S, X, G, G, R, 0, 1e-5f, NULL));
-  expect_einval("ln fwd cols -3",
-                kiln_layer_norm_fwd(l, F, F, Y, S, S, X, G, G, R, -3, 1e-5f, NULL));
-  expect_einval("ln fwd rows x cols overflow",
-                kiln_layer_norm_fwd(l, F, F, Y, S, S, X, G, G, LLONG_MAX / 2, 8, 1e-5f, NULL));
-  expect_einval("ln fwd cols INT_MAX",
-                kiln_layer_norm_fwd(l, F, F, Y, S, S, X, G, G, 1, INT_MAX, 1e-5f, NULL));
-  expect_einval("ln fwd y NULL",
-                kiln_layer_norm_fwd(l, F, F, NULL, S, S, X, G, G, R, C, 1e-5f, NULL));
-  expect_einval("ln fwd x NULL",
-                kiln_layer_norm_fwd(l, F, F, Y, S, S, NULL, G, G, R, C, 1e-5f, NULL));
-  expect_einval("ln fwd gamma NULL",
-                kiln_layer_norm_fwd(l, F, F, Y, S, S, X, NULL, G, R, C, 1e-5f, NULL));
-  expect_einval("ln fwd beta NULL",
-                kiln_layer_norm_fwd(l, F, F, Y, S, S, X, G, NULL, R, C, 1e-5f, NULL));
-  expect_einval("ln fwd eps NaN", kiln_layer_norm_fwd(l, F, F, Y, S, S, X, G, G, R, C, NAN, NULL));
-  expect_einval("ln fwd eps -1", kiln_layer_norm_fwd(l, F, F, Y, S, S, X, G, G, R, C, -1.f, NULL));
-  expect_einval("rms fwd rows -1", kiln_rms_norm_fwd(l, F, F, Y, S, X, G, -1, C, 1e-5f, NULL));
-  expect_einval("rms fwd gamma NULL", kiln_rms_norm_fwd(l, F, F, Y, S, X, NULL, R, C, 1e-5f, NULL));
-  expect_einval("rms fwd eps inf", kiln_rms_norm_fwd(l, F, F, Y, S, X, G, R, C, INFINITY, NULL));
-  expect_einval("rms fwd dtype 7",
-                kiln_rms_norm_fwd(l, (kiln_dtype)7, F, Y, S, X, G, R, C, 1e-5f, NULL));
-  expect_einval("ln bwd dx NULL",
-                kiln_layer_norm_bwd(l, F, F, NULL, G, G, X, X, S, S, G, R, C, W, wsz, NULL));
-  expect_einval("ln bwd dgamma NULL",
-                kiln_layer_norm_bwd(l, F, F, Y, NULL, G, X, X, S, S, G, R, C, W, wsz, NULL));
-  expect_einval("ln bwd dbeta NULL",
-                kiln_layer_norm_bwd(l, F, F, Y, G, NULL, X, X, S, S, G, R, C, W, wsz, NULL));
-  expect_einval("ln bwd dy NULL",
-                kiln_layer_norm_bwd(l, F, F, Y, G, G, NULL, X, S, S, G, R, C, W, wsz, NULL));
-  expect_einval("ln bwd mean NULL",
-                kiln_layer_norm_bwd(l, F, F, Y, G, G, X, X, NULL, S, G, R, C, W, wsz, NULL));
-  expect_einval("ln bwd rstd NULL",
-                kiln_layer_norm_bwd(l, F, F, Y, G, G, X, X, S, NULL, G, R, C, W, wsz, NULL));
-  expect_einval("ln bwd workspace NULL",
-                kiln_layer_norm_bwd(l, F, F, Y, G, G, X, X, S, S, G, R, C, NULL, wsz, NULL));
-  expect_einval("ln bwd workspace too small",
-                kiln_layer_norm_bwd(l, F, F, Y, G, G, X, X, S, S, G, R, C, W, wsz - 1, NULL));
-  expect_einval(
+  gt_expect_einval("ln fwd loader NULL",
+                   kiln_layer_norm_fwd(NULL, F, F, Y, S, S, X, G, G, R, C, 1e-5f, NULL));
+  gt_expect_einval("ln fwd dtype 99",
+                   kiln_layer_norm_fwd(l, (kiln_dtype)99, F, Y, S, S, X, G, G, R, C, 1e-5f, NULL));
+  gt_expect_einval("ln fwd wdt bf16 for f16", kiln_layer_norm_fwd(l, KILN_F16, KILN_BF16, Y, S, S,
+                                                                  X, G, G, R, C, 1e-5f, NULL));
+  gt_expect_einval("ln fwd wdt f16 for f32",
+                   kiln_layer_norm_fwd(l, F, KILN_F16, Y, S, S, X, G, G, R, C, 1e-5f, NULL));
+  gt_expect_einval("ln fwd rows 0",
+                   kiln_layer_norm_fwd(l, F, F, Y, S, S, X, G, G, 0, C, 1e-5f, NULL));
+  gt_expect_einval("ln fwd cols 0",
+                   kiln_layer_norm_fwd(l, F, F, Y, S, S, X, G, G, R, 0, 1e-5f, NULL));
+  gt_expect_einval("ln fwd cols -3",
+                   kiln_layer_norm_fwd(l, F, F, Y, S, S, X, G, G, R, -3, 1e-5f, NULL));
+  gt_expect_einval("ln fwd rows x cols overflow",
+                   kiln_layer_norm_fwd(l, F, F, Y, S, S, X, G, G, LLONG_MAX / 2, 8, 1e-5f, NULL));
+  gt_expect_einval("ln fwd cols INT_MAX",
+                   kiln_layer_norm_fwd(l, F, F, Y, S, S, X, G, G, 1, INT_MAX, 1e-5f, NULL));
+  gt_expect_einval("ln fwd y NULL",
+                   kiln_layer_norm_fwd(l, F, F, NULL, S, S, X, G, G, R, C, 1e-5f, NULL));
+  gt_expect_einval("ln fwd x NULL",
+                   kiln_layer_norm_fwd(l, F, F, Y, S, S, NULL, G, G, R, C, 1e-5f, NULL));
+  gt_expect_einval("ln fwd gamma NULL",
+                   kiln_layer_norm_fwd(l, F, F, Y, S, S, X, NULL, G, R, C, 1e-5f, NULL));
+  gt_expect_einval("ln fwd beta NULL",
+                   kiln_layer_norm_fwd(l, F, F, Y, S, S, X, G, NULL, R, C, 1e-5f, NULL));
+  gt_expect_einval("ln fwd eps NaN",
+                   kiln_layer_norm_fwd(l, F, F, Y, S, S, X, G, G, R, C, NAN, NULL));
+  gt_expect_einval("ln fwd eps -1",
+                   kiln_layer_norm_fwd(l, F, F, Y, S, S, X, G, G, R, C, -1.f, NULL));
+  gt_expect_einval("rms fwd rows -1", kiln_rms_norm_fwd(l, F, F, Y, S, X, G, -1, C, 1e-5f, NULL));
+  gt_expect_einval("rms fwd gamma NULL",
+                   kiln_rms_norm_fwd(l, F, F, Y, S, X, NULL, R, C, 1e-5f, NULL));
+  gt_expect_einval("rms fwd eps inf", kiln_rms_norm_fwd(l, F, F, Y, S, X, G, R, C, INFINITY, NULL));
+  gt_expect_einval("rms fwd dtype 7",
+                   kiln_rms_norm_fwd(l, (kiln_dtype)7, F, Y, S, X, G, R, C, 1e-5f, NULL));
+  gt_expect_einval("ln bwd dx NULL",
+                   kiln_layer_norm_bwd(l, F, F, NULL, G, G, X, X, S, S, G, R, C, W, wsz, NULL));
+  gt_expect_einval("ln bwd dgamma NULL",
+                   kiln_layer_norm_bwd(l, F, F, Y, NULL, G, X, X, S, S, G, R, C, W, wsz, NULL));
+  gt_expect_einval("ln bwd dbeta NULL",
+                   kiln_layer_norm_bwd(l, F, F, Y, G, NULL, X, X, S, S, G, R, C, W, wsz, NULL));
+  gt_expect_einval("ln bwd dy NULL",
+                   kiln_layer_norm_bwd(l, F, F, Y, G, G, NULL, X, S, S, G, R, C, W, wsz, NULL));
+  gt_expect_einval("ln bwd mean NULL",
+                   kiln_layer_norm_bwd(l, F, F, Y, G, G, X, X, NULL, S, G, R, C, W, wsz, NULL));
+  gt_expect_einval("ln bwd rstd NULL",
+                   kiln_layer_norm_bwd(l, F, F, Y, G, G, X, X, S, NULL, G, R, C, W, wsz, NULL));
+  gt_expect_einval("ln bwd workspace NULL",
+                   kiln_layer_norm_bwd(l, F, F, Y, G, G, X, X, S, S, G, R, C, NULL, wsz, NULL));
+  gt_expect_einval("ln bwd workspace too small",
+                   kiln_layer_norm_bwd(l, F, F, Y, G, G, X, X, S, S, G, R, C, W, wsz - 1, NULL));
+  gt_expect_einval(
       "ln bwd workspace misaligned",
       kiln_layer_norm_bwd(l, F, F, Y, G, G, X, X, S, S, G, R, C, (char *)W + 16, wsz, NULL));
-  expect_einval("ln bwd cols 0",
-                kiln_layer_norm_bwd(l, F, F, Y, G, G, X, X, S, S, G, R, 0, W, wsz, NULL));
-  expect_einval("rms bwd x NULL",
-                kiln_rms_norm_bwd(l, F, F, Y, G, X, NULL, S, G, R, C, W, wsz, NULL));
-  expect_einval("rms bwd wdt bf16 for f16",
-                kiln_rms_norm_bwd(l, KILN_F16, KILN_BF16, Y, G, X, X, S, G, R, C, W, wsz, NULL));
-  expect_einval("rms bwd workspace too small",
-                kiln_rms_norm_bwd(l, F, F, Y, G, X, X, S, G, R, C, W,
-                                  kiln_rms_norm_bwd_workspace_size(R, C) - 4, NULL));
+  gt_expect_einval("ln bwd cols 0",
+                   kiln_layer_norm_bwd(l, F, F, Y, G, G, X, X, S, S, G, R, 0, W, wsz, NULL));
+  gt_expect_einval("rms bwd x NULL",
+                   kiln_rms_norm_bwd(l, F, F, Y, G, X, NULL, S, G, R, C, W, wsz, NULL));
+  gt_expect_einval("rms bwd wdt bf16 for f16",
+                   kiln_rms_norm_bwd(l, KILN_F16, KILN_BF16, Y, G, X, X, S, G, R, C, W, wsz, NULL));
+  gt_expect_einval("rms bwd workspace too small",
+                   kiln_rms_norm_bwd(l, F, F, Y, G, X, X, S, G, R, C, W,
+                                     kiln_rms_norm_bwd_workspace_size(R, C) - 4, NULL));
   /* workspace sizes: 0 for shapes no op accepts; 256-byte sections */
   {
     const size_t a = kiln_layer_norm_bwd_workspace_size(0, 5),
@@ -446,65 +433,22 @@ static void check_invalid_args(kiln_loader *l) {
   {
     unsigned char h[R * C * 4];
     int clean = dev_sync("einval", msg, sizeof msg) && dev_get(&y, h, "y", msg, sizeof msg);
-    for (size_t i = 0; clean && i < sizeof h; ++i)
-      if (h[i] != 0xFF) {
-        clean = 0;
-        snprintf(msg, sizeof msg, "an invalid call wrote y[%zu]", i / 4);
-      }
+    const size_t k = clean ? gt_first_not_ff(h, sizeof h) : 0;
+    if (clean && k < sizeof h) {
+      clean = 0;
+      snprintf(msg, sizeof msg, "an invalid call wrote y[%zu]", k / 4);
+    }
     report(clean, "einval: no launch wrote anything", msg);
   }
 out:
   dev_free(&x), dev_free(&y), dev_free(&g), dev_free(&st), dev_free(&w);
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb, (void)flag, (void)ftw;
-  return remove(path);
-}
-
 int main(void) {
-  kiln_loader_options o = KILN_LOADER_OPTIONS_INIT;
-  kiln_loader *l = NULL;
-  kiln_device_info info;
-  const char *quick = getenv("KILN_GPU_TEST_QUICK"), *tmp = getenv("TMPDIR");
-  const char *env_cache = getenv("KILN_CACHE_DIR");
-  char root[4096], main_cache[4200], msg[512];
-  int n = 0;
-  kiln_status st = kiln_device_count(&n);
-  if (st != KILN_OK || n == 0) {
-    printf("gpu.norm: skipped: %s\n",
-           st != KILN_OK ? kiln_last_error() : "the driver reports no CUDA device");
-    return SKIP;
+  gt_run r;
+  if (gt_start(&r, "norm", 0)) {
+    check_invalid_args(r.loader);
+    run_suite(r.loader);
   }
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  g_quick = quick && *quick && strcmp(quick, "0") != 0;
-  snprintf(root, sizeof root, "%s/kiln-gpu-test-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  if (!mkdtemp(root)) {
-    perror("gpu.norm: mkdtemp");
-    return 1;
-  }
-  snprintf(main_cache, sizeof main_cache, "%s/main", root);
-  o.device = 0;
-  o.cache_dir = env_cache && *env_cache ? NULL : main_cache;
-  if ((st = kiln_loader_open(&l, &o)) != KILN_OK ||
-      (st = kiln_loader_device(l, &info)) != KILN_OK) {
-    printf("FAIL open a loader on device 0: %s: %s\n", kiln_status_str(st), kiln_last_error());
-    g_fail++;
-    goto out;
-  }
-  printf("device 0: %s, sm_%d%d, %d SMs%s\n", info.name, info.cc_major, info.cc_minor,
-         info.sm_count, g_quick ? ", quick" : "");
-  if (!dev_open(0, msg, sizeof msg)) {
-    printf("FAIL make device 0's primary context current: %s\n", msg);
-    g_fail++;
-    goto out;
-  }
-  check_invalid_args(l);
-  run_suite(l);
-out:
-  dev_close();
-  kiln_loader_close(l);
-  nftw(root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-  printf("gpu.norm: %d passed, %d failed\n", g_pass, g_fail);
-  return g_fail ? 1 : 0;
+  return gt_finish(&r);
 }
