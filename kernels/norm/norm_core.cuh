@@ -137,6 +137,7 @@ __device__ __forceinline__ void kiln_norm_fwd_r(T *y, float *mean_out, float *rs
   const int V = KILN_VEC(T), E = KILN_NORM_R_VECS;
   __shared__ float red[128];
   const float inv_cols = __fdividef(1.f, (float)cols);
+  int parity = 0;
   for (kiln_i64 row = blockIdx.x; row < rows; row += gridDim.x) {
     const kiln_i64 off = row * cols;
     float v[E * V];
@@ -175,7 +176,13 @@ __device__ __forceinline__ void kiln_norm_fwd_r(T *y, float *mean_out, float *rs
         s += v[i] * v[i];
     }
     unused = 0.f;
-    kiln_norm_block_sum2(&s, &unused, red + 64);
+    /* LayerNorm's two sums per row use both halves of red, so a warp cannot
+     * reach this row's second sum before every warp has read the previous
+     * row's. RMSNorm has one sum per row: it alternates the halves by row
+     * parity for the same guarantee (a block takes several rows when
+     * rows > grid). */
+    kiln_norm_block_sum2(&s, &unused, kLN ? red + 64 : red + 64 * parity);
+    parity ^= 1;
     const float rstd = rsqrtf(s * inv_cols + eps);
     if (threadIdx.x == 0) {
       if (kLN && mean_out) mean_out[row] = mean;

@@ -444,10 +444,91 @@ out:
   dev_free(&x), dev_free(&y), dev_free(&g), dev_free(&st), dev_free(&w);
 }
 
+/* ---- one block, many rows ---------------------------------------------------------
+ * The launcher gives each row its own block up to 65536 rows; past that (and
+ * for any grid a caller picks) a block loops over rows, and its shared
+ * reduction buffers are reused from one row to the next. The forward entry
+ * points are launched directly with grids of 1, 2 and 3 blocks over 7 rows:
+ * the output must be bit-identical to the launcher's, row for row (on the
+ * emulator a barrier missing between rows shows up as a wrong row). */
+static void check_small_grids(kiln_loader *l) {
+  /* the r path with every warp holding columns (so a partial sum of another
+   * row read by a slow warp changes the result), and the g path */
+  static const int kCols[] = {4096, 1001};
+  static unsigned char hx[7 * 4096 * 2], want[7 * 4096 * 2], got[7 * 4096 * 2];
+  const kiln_cuda_api *cu = NULL;
+  const long long rows = 7;
+  uint64_t seed = g_seed ^ 0x67726964ULL;
+  for (int ln = 0; ln <= 1; ln++)
+    for (size_t c = 0; c < sizeof kCols / sizeof *kCols; c++) {
+      const int cols = kCols[c];
+      const size_t n = (size_t)rows * (size_t)cols, tb = n * 2;
+      float hg[4096], hb[4096];
+      dbuf x = {0}, y = {0}, g = {0}, b = {0}, st = {0};
+      char what[96], msg[512] = "", entry[96];
+      CUfunction fn = NULL;
+      snprintf(what, sizeof what, "%s bf16/wf32 rows=%lld cols=%d, grids 1..3",
+               ln ? "ln fwd" : "rms fwd", rows, cols);
+      snprintf(entry, sizeof entry, "kiln_%s_fwd_bf16_wf32_%s", ln ? "layer_norm" : "rms_norm",
+               cols == 4096 ? "r" : "g");
+      for (size_t i = 0; i < n; i++) gt_set(KILN_BF16, hx, i, (float)gt_rng_uniform(&seed, -3, 3));
+      for (int i = 0; i < cols; i++) {
+        hg[i] = (float)gt_rng_uniform(&seed, 0.5, 1.5);
+        hb[i] = (float)gt_rng_uniform(&seed, -0.5, 0.5);
+      }
+      if (!dev_alloc(&x, tb, msg, sizeof msg) || !dev_alloc(&y, tb, msg, sizeof msg) ||
+          !dev_alloc(&g, (size_t)cols * 4, msg, sizeof msg) ||
+          !dev_alloc(&b, (size_t)cols * 4, msg, sizeof msg) ||
+          !dev_alloc(&st, (size_t)rows * 8, msg, sizeof msg) || !dev_put(&x, hx, msg, sizeof msg) ||
+          !dev_put(&g, hg, msg, sizeof msg) || !dev_put(&b, hb, msg, sizeof msg))
+        goto done;
+      {
+        float *mean = (float *)dptr(st.p), *rstd = mean + rows;
+        kiln_status s = ln ? kiln_layer_norm_fwd(l, KILN_BF16, KILN_F32, dptr(y.p), mean, rstd,
+                                                 dptr(x.p), dptr(g.p), dptr(b.p), rows, cols,
+                                                 1e-5f, NULL)
+                           : kiln_rms_norm_fwd(l, KILN_BF16, KILN_F32, dptr(y.p), rstd, dptr(x.p),
+                                               dptr(g.p), rows, cols, 1e-5f, NULL);
+        if (s != KILN_OK) {
+          snprintf(msg, sizeof msg, "launcher: %s", kiln_last_error());
+          goto done;
+        }
+        if (!dev_sync(what, msg, sizeof msg) || !dev_get(&y, want, "y", msg, sizeof msg)) goto done;
+        if (kiln_cuda(&cu) != KILN_OK || kiln_loader_function(l, entry, &fn) != KILN_OK) {
+          snprintf(msg, sizeof msg, "%s: %s", entry, kiln_last_error());
+          goto done;
+        }
+        for (unsigned grid = 1; grid <= 3 && !msg[0]; grid++) {
+          void *py = dptr(y.p), *px = dptr(x.p), *pg = dptr(g.p), *pb = dptr(b.p);
+          float eps = 1e-5f, *pm = mean, *pr = rstd;
+          int ncols = cols;
+          long long nrows = rows;
+          void *args[] = {&py, &pm, &pr, &px, &pg, &pb, &nrows, &ncols, &eps};
+          CUresult r;
+          if (!dev_poison(&y, msg, sizeof msg)) break;
+          if ((r = cu->LaunchKernel(fn, grid, 1, 1, 256, 1, 1, 0, NULL, args, NULL)) !=
+              CUDA_SUCCESS) {
+            snprintf(msg, sizeof msg, "%s grid %u: cuLaunchKernel error %d", entry, grid, (int)r);
+            break;
+          }
+          if (!dev_sync(what, msg, sizeof msg) || !dev_get(&y, got, "y", msg, sizeof msg)) break;
+          for (size_t i = 0; i < tb && !msg[0]; i++)
+            if (got[i] != want[i])
+              snprintf(msg, sizeof msg, "grid %u: row %zu differs from the launcher's", grid,
+                       i / 2 / (size_t)cols);
+        }
+      }
+    done:
+      report(!msg[0], what, msg);
+      dev_free(&x), dev_free(&y), dev_free(&g), dev_free(&b), dev_free(&st);
+    }
+}
+
 int main(void) {
   gt_run r;
   if (gt_start(&r, "norm", 0)) {
     check_invalid_args(r.loader);
+    check_small_grids(r.loader);
     run_suite(r.loader);
   }
   return gt_finish(&r);
