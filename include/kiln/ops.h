@@ -65,7 +65,10 @@ KILN_API kiln_status kiln_scaled_upper_triang_masked_softmax_bwd(
  * 32001 at position 17 is outside the vocabulary [0, 32000)", then clears it;
  * KILN_OK when there was none. The CUDA context stays usable either way.
  * Ops taking `flags` check at once with KILN_OPS_SYNC_CHECK (a stream
- * synchronization per call: for tests and debugging). */
+ * synchronization per call: for tests and debugging). The device word is one
+ * per loader and the check synchronizes only `stream`: check on the stream
+ * the ops ran on. Such ops running at once on several streams of one loader
+ * may report their errors under each other's check (never a wrong read). */
 #define KILN_OPS_SYNC_CHECK 1u
 KILN_API kiln_status kiln_ops_check(kiln_loader *l, struct CUstream_st *stream);
 
@@ -74,7 +77,8 @@ KILN_API kiln_status kiln_ops_check(kiln_loader *l, struct CUstream_st *stream);
  * which is KILN_F32 or dt (mixed precision: 16-bit activations, fp32
  * weights). mean, rstd: [rows] fp32, written by the forward (either may be
  * NULL when not needed, e.g. inference) and read by the backward (which
- * needs them). Any cols >= 1; y may be x, dx may be dy. eps: finite, >= 0.
+ * needs them). Any cols from 1 to 2^31 - 2049; y may be x, dx may be dy.
+ * eps: finite, >= 0.
  * docs/kernels/norm.md has the formulas and the launch details.
  *
  * The backward reduces dgamma and dbeta deterministically (same bits every

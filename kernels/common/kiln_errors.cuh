@@ -37,11 +37,15 @@ __device__ __forceinline__ void kiln_op_error_note(kiln_op_error *e, kiln_i64 po
 }
 
 /* The body of an `err` entry point (one thread, after the launch that noted):
- * the first report since the last check wins. */
+ * the first report since the last check wins. values holds n elements: a
+ * note at or past n was left by a launch on another stream (the block is one
+ * per loader) and is not this launch's to read; it is left for that launch's
+ * own `err`. */
 __device__ __forceinline__ void kiln_op_error_record(kiln_op_error *e, const kiln_i64 *values,
-                                                     kiln_i64 lo, kiln_i64 hi, kiln_i64 what) {
+                                                     kiln_i64 n, kiln_i64 lo, kiln_i64 hi,
+                                                     kiln_i64 what) {
   const unsigned long long p = e->note;
-  if (p == KILN_OP_ERROR_NONE) return;
+  if (p == KILN_OP_ERROR_NONE || p >= (unsigned long long)n) return;
   if (!e->reported) {
     e->pos = (kiln_i64)p;
     e->value = values[p];

@@ -318,6 +318,6 @@ extern "C" __global__ void __launch_bounds__(KILN_CE_VTHREADS)
 extern "C" __global__ void __launch_bounds__(32)
     kiln_cross_entropy_err_i64_g(kiln_op_error *err, const kiln_i64 *target, kiln_i64 rows,
                                  kiln_i64 vocab_size) {
-  (void)rows; /* the bound of target, for the launch contract; noted rows are < rows */
-  if (threadIdx.x == 0) kiln_op_error_record(err, target, 0, vocab_size, KILN_OP_ERROR_TARGET);
+  if (threadIdx.x == 0)
+    kiln_op_error_record(err, target, rows, 0, vocab_size, KILN_OP_ERROR_TARGET);
 }

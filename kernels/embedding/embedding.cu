@@ -310,9 +310,8 @@ extern "C" __global__ void __launch_bounds__(KILN_EMB_THREADS)
 extern "C" __global__ void __launch_bounds__(32)
     kiln_embedding_err_i64_g(kiln_op_error *err, const kiln_i64 *ids, kiln_i64 n_tokens,
                              kiln_i64 vocab_size) {
-  (void)n_tokens; /* bounds the ids the note can point at (the fake's contract) */
   if (blockIdx.x == 0 && threadIdx.x == 0)
-    kiln_op_error_record(err, ids, 0, vocab_size, KILN_OP_ERROR_TOKEN_ID);
+    kiln_op_error_record(err, ids, n_tokens, 0, vocab_size, KILN_OP_ERROR_TOKEN_ID);
 }
 
 #define KILN_EMB_CT_f32 float
