@@ -71,8 +71,7 @@ static kiln_status act_fwd(const char *op, const char *unit, long long width_fac
                            int cols, struct CUstream_st *stream) {
   kiln_status rc;
   KILN_CHECK(check_shape(op, l, dt, rows, cols, width_factor));
-  KILN_CHECK(kiln_op_need_ptr(op, y, "y"));
-  KILN_CHECK(kiln_op_need_ptr(op, x, "x"));
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"y", y}, {"x", x}));
   {
     void *args[] = {&y, &x, &bias, &rows, &cols};
     rc = launch(l, op, unit, 0, dt, pick_grid(l, dt, rows, cols, y, x, bias, NULL), args, stream);
@@ -86,9 +85,7 @@ static kiln_status act_bwd(const char *op, const char *unit, long long width_fac
                            long long rows, int cols, struct CUstream_st *stream) {
   kiln_status rc;
   KILN_CHECK(check_shape(op, l, dt, rows, cols, width_factor));
-  KILN_CHECK(kiln_op_need_ptr(op, dx, "dx"));
-  KILN_CHECK(kiln_op_need_ptr(op, dy, "dy"));
-  KILN_CHECK(kiln_op_need_ptr(op, x, "x"));
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"dx", dx}, {"dy", dy}, {"x", x}));
   {
     void *args[] = {&dx, &dy, &x, &bias, &rows, &cols};
     rc = launch(l, op, unit, 1, dt, pick_grid(l, dt, rows, cols, dx, dy, x, bias), args, stream);

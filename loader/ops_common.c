@@ -10,10 +10,14 @@
 
 const char *kiln_dtype_str(kiln_dtype dt) {
   switch (dt) {
-  case KILN_F32: return "f32";
-  case KILN_F16: return "f16";
-  case KILN_BF16: return "bf16";
-  default: return "?";
+  case KILN_F32:
+    return "f32";
+  case KILN_F16:
+    return "f16";
+  case KILN_BF16:
+    return "bf16";
+  default:
+    return "?";
   }
 }
 
@@ -37,6 +41,12 @@ kiln_status kiln_op_check_wdtype(const char *op, kiln_dtype dt, kiln_dtype wdt) 
 
 kiln_status kiln_op_need_ptr(const char *op, const void *p, const char *name) {
   return p ? KILN_OK : kiln_fail(KILN_EINVAL, "%s: %s is NULL", op, name);
+}
+
+kiln_status kiln_op_need_ptrs(const char *op, const kiln_op_ptr *ptrs, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!ptrs[i].p) return kiln_fail(KILN_EINVAL, "%s: %s is NULL", op, ptrs[i].name);
+  return KILN_OK;
 }
 
 kiln_status kiln_op_need_positive(const char *op, long long v, const char *name) {

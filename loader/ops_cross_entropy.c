@@ -71,10 +71,8 @@ kiln_status kiln_cross_entropy_fwd(kiln_loader *l, kiln_dtype dt, float *loss, f
   CUdeviceptr e = 0;
   kiln_status rc;
   KILN_CHECK(kiln_op_check_common(op, l, dt));
-  KILN_CHECK(kiln_op_need_ptr(op, loss, "loss"));
-  KILN_CHECK(kiln_op_need_ptr(op, lse, "lse"));
-  KILN_CHECK(kiln_op_need_ptr(op, logits, "logits"));
-  KILN_CHECK(kiln_op_need_ptr(op, target, "target"));
+  KILN_CHECK(
+      KILN_OP_NEED_PTRS(op, {"loss", loss}, {"lse", lse}, {"logits", logits}, {"target", target}));
   KILN_CHECK(check_shape(op, dt, rows, vocab_size, "vocab_size"));
   KILN_CHECK(check_flags(op, flags));
   KILN_CHECK(kiln_op_error_block(l, &e));
@@ -96,11 +94,8 @@ kiln_status kiln_cross_entropy_stats(kiln_loader *l, kiln_dtype dt, float *row_m
   CUdeviceptr e = 0;
   kiln_status rc;
   KILN_CHECK(kiln_op_check_common(op, l, dt));
-  KILN_CHECK(kiln_op_need_ptr(op, row_max, "row_max"));
-  KILN_CHECK(kiln_op_need_ptr(op, sumexp, "sumexp"));
-  KILN_CHECK(kiln_op_need_ptr(op, tgt, "tgt"));
-  KILN_CHECK(kiln_op_need_ptr(op, logits, "logits"));
-  KILN_CHECK(kiln_op_need_ptr(op, target, "target"));
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"row_max", row_max}, {"sumexp", sumexp}, {"tgt", tgt},
+                               {"logits", logits}, {"target", target}));
   KILN_CHECK(check_shape(op, dt, rows, vocab_part, "vocab_part"));
   KILN_CHECK(kiln_op_need_positive(op, vocab_size, "vocab_size"));
   if (vocab_start < 0 || vocab_start > vocab_size - vocab_part) {
@@ -129,9 +124,7 @@ kiln_status kiln_cross_entropy_rescale(kiln_loader *l, float *sumexp, const floa
   static const char op[] = "kiln_cross_entropy_rescale";
   kiln_status rc;
   KILN_CHECK(kiln_op_check_common(op, l, KILN_F32));
-  KILN_CHECK(kiln_op_need_ptr(op, sumexp, "sumexp"));
-  KILN_CHECK(kiln_op_need_ptr(op, row_max, "row_max"));
-  KILN_CHECK(kiln_op_need_ptr(op, gmax, "gmax"));
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"sumexp", sumexp}, {"row_max", row_max}, {"gmax", gmax}));
   KILN_CHECK(check_shape(op, KILN_F32, rows, 1, "columns"));
   {
     void *args[] = {&sumexp, &row_max, &gmax, &rows};
@@ -148,12 +141,8 @@ kiln_status kiln_cross_entropy_loss(kiln_loader *l, float *loss, float *lse, con
   static const char op[] = "kiln_cross_entropy_loss";
   kiln_status rc;
   KILN_CHECK(kiln_op_check_common(op, l, KILN_F32));
-  KILN_CHECK(kiln_op_need_ptr(op, loss, "loss"));
-  KILN_CHECK(kiln_op_need_ptr(op, lse, "lse"));
-  KILN_CHECK(kiln_op_need_ptr(op, gmax, "gmax"));
-  KILN_CHECK(kiln_op_need_ptr(op, sumexp, "sumexp"));
-  KILN_CHECK(kiln_op_need_ptr(op, tgt, "tgt"));
-  KILN_CHECK(kiln_op_need_ptr(op, target, "target"));
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"loss", loss}, {"lse", lse}, {"gmax", gmax}, {"sumexp", sumexp},
+                               {"tgt", tgt}, {"target", target}));
   KILN_CHECK(check_shape(op, KILN_F32, rows, 1, "columns"));
   {
     void *args[] = {&loss, &lse, &gmax, &sumexp, &tgt, &target, &rows, &ignore_index};
@@ -170,10 +159,8 @@ kiln_status kiln_cross_entropy_bwd(kiln_loader *l, kiln_dtype dt, void *logits, 
   static const char op[] = "kiln_cross_entropy_bwd";
   kiln_status rc;
   KILN_CHECK(kiln_op_check_common(op, l, dt));
-  KILN_CHECK(kiln_op_need_ptr(op, logits, "logits"));
-  KILN_CHECK(kiln_op_need_ptr(op, lse, "lse"));
-  KILN_CHECK(kiln_op_need_ptr(op, dloss, "dloss"));
-  KILN_CHECK(kiln_op_need_ptr(op, target, "target"));
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"logits", logits}, {"lse", lse}, {"dloss", dloss},
+                               {"target", target}));
   KILN_CHECK(check_shape(op, dt, rows, vocab_part, "vocab_part"));
   if (vocab_start < 0 || vocab_start > LLONG_MAX - vocab_part) {
     rc = kiln_fail(KILN_EINVAL,

@@ -80,9 +80,7 @@ kiln_status kiln_bias_dropout_add_fwd(kiln_loader *l, kiln_dtype dt, void *y, co
   int vec;
   kiln_status rc;
   KILN_CHECK(kiln_op_check_common(op, l, dt));
-  KILN_CHECK(kiln_op_need_ptr(op, y, "y"));
-  KILN_CHECK(kiln_op_need_ptr(op, x, "x"));
-  KILN_CHECK(kiln_op_need_ptr(op, residual, "residual"));
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"y", y}, {"x", x}, {"residual", residual}));
   KILN_CHECK(check_shape(op, dt, rows, cols, p, training, &n));
   threshold = training ? keep_threshold(p) : 0u;
   scale = threshold ? (float)(1.0 / (1.0 - (double)p)) : 1.f;
@@ -108,8 +106,7 @@ kiln_status kiln_bias_dropout_add_bwd(kiln_loader *l, kiln_dtype dt, void *dx, c
   unsigned long long seed_arg = seed, offset_arg = offset;
   kiln_status rc;
   KILN_CHECK(kiln_op_check_common(op, l, dt));
-  KILN_CHECK(kiln_op_need_ptr(op, dx, "dx"));
-  KILN_CHECK(kiln_op_need_ptr(op, dy, "dy"));
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"dx", dx}, {"dy", dy}));
   KILN_CHECK(check_shape(op, dt, rows, cols, p, training, &n));
   threshold = training ? keep_threshold(p) : 0u;
   scale = threshold ? (float)(1.0 / (1.0 - (double)p)) : 1.f;

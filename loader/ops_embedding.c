@@ -11,10 +11,11 @@
 #define EMB_WARPS 8ull         /* warps per block: one token (or work item) each */
 #define EMB_SCAN_THREADS 1024u /* KILN_EMB_SCAN_THREADS */
 #define EMB_ERR_THREADS 32u
-#define EMB_TILE 2048ll        /* KILN_EMB_TILE: tokens per sort tile */
-#define EMB_RADIX 256ll        /* 8-bit digits */
-#define EMB_MAX_BLOCKS 2112ull /* 132 SMs x 16 blocks of 256: two full waves, grid-stride beyond   \
-                                */
+#define EMB_TILE 2048ll /* KILN_EMB_TILE: tokens per sort tile */
+#define EMB_RADIX 256ll /* 8-bit digits */
+#define EMB_MAX_BLOCKS                                                                             \
+  2112ull /* 132 SMs x 16 blocks of 256: two full waves, grid-stride beyond                        \
+           */
 
 static unsigned long long blocks_for(unsigned long long work, unsigned long long per_block) {
   unsigned long long b = (work + per_block - 1) / per_block;
@@ -84,9 +85,7 @@ kiln_status kiln_embedding_fwd(kiln_loader *l, kiln_dtype dt, void *y, const int
   CUdeviceptr err = 0;
   kiln_status rc;
   KILN_CHECK(kiln_op_check_common(op, l, dt));
-  KILN_CHECK(kiln_op_need_ptr(op, y, "y"));
-  KILN_CHECK(kiln_op_need_ptr(op, ids, "ids"));
-  KILN_CHECK(kiln_op_need_ptr(op, weight, "weight"));
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"y", y}, {"ids", ids}, {"weight", weight}));
   KILN_CHECK(kiln_op_need_positive(op, vocab_size, "vocab_size"));
   KILN_CHECK(check_rows(op, n_tokens, hidden, vocab_start, vocab_end, kiln_dtype_size(dt),
                         kiln_dtype_size(dt)));
@@ -177,9 +176,7 @@ kiln_status kiln_embedding_bwd(kiln_loader *l, kiln_dtype dt, float *dweight, co
   emb_ws w;
   kiln_status rc;
   KILN_CHECK(kiln_op_check_common(op, l, dt));
-  KILN_CHECK(kiln_op_need_ptr(op, dweight, "dweight"));
-  KILN_CHECK(kiln_op_need_ptr(op, dy, "dy"));
-  KILN_CHECK(kiln_op_need_ptr(op, ids, "ids"));
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"dweight", dweight}, {"dy", dy}, {"ids", ids}));
   KILN_CHECK(check_rows(op, n_tokens, hidden, vocab_start, vocab_end, kiln_dtype_size(dt), 4));
   if (deterministic != 0 && deterministic != 1) {
     rc = kiln_fail(KILN_EINVAL, "%s: deterministic = %d, must be 0 or 1", op, deterministic);

@@ -16,11 +16,19 @@ kiln_status kiln_op_check_common(const char *op, kiln_loader *l, kiln_dtype dt);
 /* wdt is KILN_F32 or dt (mixed-precision weights). */
 kiln_status kiln_op_check_wdtype(const char *op, kiln_dtype dt, kiln_dtype wdt);
 kiln_status kiln_op_need_ptr(const char *op, const void *p, const char *name);
+/* Several at once, in order: KILN_OP_NEED_PTRS(op, {"y", y}, {"x", x}). */
+typedef struct kiln_op_ptr {
+  const char *name;
+  const void *p;
+} kiln_op_ptr;
+kiln_status kiln_op_need_ptrs(const char *op, const kiln_op_ptr *ptrs, size_t n);
+#define KILN_OP_NEED_PTRS(op, ...)                                                                 \
+  kiln_op_need_ptrs(op, (const kiln_op_ptr[]){__VA_ARGS__},                                        \
+                    sizeof((const kiln_op_ptr[]){__VA_ARGS__}) / sizeof(kiln_op_ptr))
 kiln_status kiln_op_need_positive(const char *op, long long v, const char *name);
 kiln_status kiln_op_need_finite(const char *op, float v, const char *name);
 /* *out = a * b * c, or an error naming the op when it overflows 64 bits. */
-kiln_status kiln_op_product(const char *op, long long a, long long b, long long c,
-                            long long *out);
+kiln_status kiln_op_product(const char *op, long long a, long long b, long long c, long long *out);
 
 /* Bytes of one element of dt (4 or 2). */
 unsigned kiln_dtype_size(kiln_dtype dt);

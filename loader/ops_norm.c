@@ -144,10 +144,7 @@ kiln_status kiln_layer_norm_fwd(kiln_loader *l, kiln_dtype dt, kiln_dtype wdt, v
   static const char op[] = "kiln_layer_norm_fwd";
   kiln_status rc;
   KILN_CHECK(check_shape(op, l, dt, wdt, rows, cols));
-  KILN_CHECK(kiln_op_need_ptr(op, y, "y"));
-  KILN_CHECK(kiln_op_need_ptr(op, x, "x"));
-  KILN_CHECK(kiln_op_need_ptr(op, gamma, "gamma"));
-  KILN_CHECK(kiln_op_need_ptr(op, beta, "beta"));
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"y", y}, {"x", x}, {"gamma", gamma}, {"beta", beta}));
   KILN_CHECK(check_eps(op, eps));
   rc = norm_fwd(l, op, "layer_norm", dt, wdt, y, mean, rstd, x, gamma, beta, rows, cols, eps,
                 stream);
@@ -163,14 +160,8 @@ kiln_status kiln_layer_norm_bwd(kiln_loader *l, kiln_dtype dt, kiln_dtype wdt, v
   static const char op[] = "kiln_layer_norm_bwd";
   kiln_status rc;
   KILN_CHECK(check_shape(op, l, dt, wdt, rows, cols));
-  KILN_CHECK(kiln_op_need_ptr(op, dx, "dx"));
-  KILN_CHECK(kiln_op_need_ptr(op, dgamma, "dgamma"));
-  KILN_CHECK(kiln_op_need_ptr(op, dbeta, "dbeta"));
-  KILN_CHECK(kiln_op_need_ptr(op, dy, "dy"));
-  KILN_CHECK(kiln_op_need_ptr(op, x, "x"));
-  KILN_CHECK(kiln_op_need_ptr(op, mean, "mean"));
-  KILN_CHECK(kiln_op_need_ptr(op, rstd, "rstd"));
-  KILN_CHECK(kiln_op_need_ptr(op, gamma, "gamma"));
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"dx", dx}, {"dgamma", dgamma}, {"dbeta", dbeta}, {"dy", dy},
+                               {"x", x}, {"mean", mean}, {"rstd", rstd}, {"gamma", gamma}));
   KILN_CHECK(check_workspace(op, workspace, workspace_bytes,
                              kiln_layer_norm_bwd_workspace_size(rows, cols)));
   rc = norm_bwd(l, op, "layer_norm", 1, dt, wdt, dx, dgamma, dbeta, dy, x, mean, rstd, gamma, rows,
@@ -185,9 +176,7 @@ kiln_status kiln_rms_norm_fwd(kiln_loader *l, kiln_dtype dt, kiln_dtype wdt, voi
   static const char op[] = "kiln_rms_norm_fwd";
   kiln_status rc;
   KILN_CHECK(check_shape(op, l, dt, wdt, rows, cols));
-  KILN_CHECK(kiln_op_need_ptr(op, y, "y"));
-  KILN_CHECK(kiln_op_need_ptr(op, x, "x"));
-  KILN_CHECK(kiln_op_need_ptr(op, gamma, "gamma"));
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"y", y}, {"x", x}, {"gamma", gamma}));
   KILN_CHECK(check_eps(op, eps));
   rc = norm_fwd(l, op, "rms_norm", dt, wdt, y, NULL, rstd, x, gamma, NULL, rows, cols, eps, stream);
 out:
@@ -201,12 +190,8 @@ kiln_status kiln_rms_norm_bwd(kiln_loader *l, kiln_dtype dt, kiln_dtype wdt, voi
   static const char op[] = "kiln_rms_norm_bwd";
   kiln_status rc;
   KILN_CHECK(check_shape(op, l, dt, wdt, rows, cols));
-  KILN_CHECK(kiln_op_need_ptr(op, dx, "dx"));
-  KILN_CHECK(kiln_op_need_ptr(op, dgamma, "dgamma"));
-  KILN_CHECK(kiln_op_need_ptr(op, dy, "dy"));
-  KILN_CHECK(kiln_op_need_ptr(op, x, "x"));
-  KILN_CHECK(kiln_op_need_ptr(op, rstd, "rstd"));
-  KILN_CHECK(kiln_op_need_ptr(op, gamma, "gamma"));
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"dx", dx}, {"dgamma", dgamma}, {"dy", dy}, {"x", x},
+                               {"rstd", rstd}, {"gamma", gamma}));
   KILN_CHECK(check_workspace(op, workspace, workspace_bytes,
                              kiln_rms_norm_bwd_workspace_size(rows, cols)));
   rc = norm_bwd(l, op, "rms_norm", 0, dt, wdt, dx, dgamma, NULL, dy, x, NULL, rstd, gamma, rows,

@@ -37,8 +37,8 @@ static kiln_status fwd(kiln_loader *l, const char *op, const char *unit, kiln_dt
 }
 
 static kiln_status bwd(kiln_loader *l, const char *op, const char *unit, kiln_dtype dt, void *dx,
-                       const void *y, const void *dy, float scale, long long rows, int cols,
-                       int sq, struct CUstream_st *stream) {
+                       const void *y, const void *dy, float scale, long long rows, int cols, int sq,
+                       struct CUstream_st *stream) {
   void *args[] = {&dx, &y, &dy, &scale, &rows, &cols, &sq};
   return launch(l, op, unit, 1, dt, rows, cols, args, stream);
 }
@@ -49,8 +49,7 @@ kiln_status kiln_scaled_softmax_fwd(kiln_loader *l, kiln_dtype dt, void *y, cons
   static const char op[] = "kiln_scaled_softmax_fwd";
   kiln_status rc;
   KILN_CHECK(check_common(op, l, dt, scale));
-  KILN_CHECK(kiln_op_need_ptr(op, y, "y"));
-  KILN_CHECK(kiln_op_need_ptr(op, x, "x"));
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"y", y}, {"x", x}));
   KILN_CHECK(kiln_op_need_positive(op, rows, "rows"));
   KILN_CHECK(kiln_op_need_positive(op, cols, "cols"));
   rc = fwd(l, op, "scaled_softmax", dt, y, x, NULL, scale, rows, cols, 1, 1, 1, stream);
@@ -64,9 +63,7 @@ kiln_status kiln_scaled_softmax_bwd(kiln_loader *l, kiln_dtype dt, void *dx, con
   static const char op[] = "kiln_scaled_softmax_bwd";
   kiln_status rc;
   KILN_CHECK(check_common(op, l, dt, scale));
-  KILN_CHECK(kiln_op_need_ptr(op, dx, "dx"));
-  KILN_CHECK(kiln_op_need_ptr(op, y, "y"));
-  KILN_CHECK(kiln_op_need_ptr(op, dy, "dy"));
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"dx", dx}, {"y", y}, {"dy", dy}));
   KILN_CHECK(kiln_op_need_positive(op, rows, "rows"));
   KILN_CHECK(kiln_op_need_positive(op, cols, "cols"));
   rc = bwd(l, op, "scaled_softmax", dt, dx, y, dy, scale, rows, cols, 1, stream);
@@ -93,9 +90,7 @@ kiln_status kiln_scaled_masked_softmax_fwd(kiln_loader *l, kiln_dtype dt, void *
   long long rows = 0;
   kiln_status rc;
   KILN_CHECK(check_common(op, l, dt, scale));
-  KILN_CHECK(kiln_op_need_ptr(op, y, "y"));
-  KILN_CHECK(kiln_op_need_ptr(op, x, "x"));
-  KILN_CHECK(kiln_op_need_ptr(op, mask, "mask"));
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"y", y}, {"x", x}, {"mask", mask}));
   KILN_CHECK(check_bhs(op, b, heads, sq, sk, &rows));
   if (mask_batches != 1 && mask_batches != b) {
     rc = kiln_fail(KILN_EINVAL,
@@ -104,8 +99,8 @@ kiln_status kiln_scaled_masked_softmax_fwd(kiln_loader *l, kiln_dtype dt, void *
                    op, mask_batches, sq, sk, b, heads, sq, sk, b);
     goto out;
   }
-  rc = fwd(l, op, "scaled_masked_softmax", dt, y, x, mask, scale, rows, sk, sq, heads,
-           mask_batches, stream);
+  rc = fwd(l, op, "scaled_masked_softmax", dt, y, x, mask, scale, rows, sk, sq, heads, mask_batches,
+           stream);
 out:
   return rc;
 }
@@ -117,9 +112,7 @@ kiln_status kiln_scaled_masked_softmax_bwd(kiln_loader *l, kiln_dtype dt, void *
   long long rows = 0;
   kiln_status rc;
   KILN_CHECK(check_common(op, l, dt, scale));
-  KILN_CHECK(kiln_op_need_ptr(op, dx, "dx"));
-  KILN_CHECK(kiln_op_need_ptr(op, y, "y"));
-  KILN_CHECK(kiln_op_need_ptr(op, dy, "dy"));
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"dx", dx}, {"y", y}, {"dy", dy}));
   KILN_CHECK(check_bhs(op, b, heads, sq, sk, &rows));
   rc = bwd(l, op, "scaled_masked_softmax", dt, dx, y, dy, scale, rows, sk, sq, stream);
 out:
@@ -134,8 +127,7 @@ kiln_status kiln_scaled_upper_triang_masked_softmax_fwd(kiln_loader *l, kiln_dty
   long long rows = 0;
   kiln_status rc;
   KILN_CHECK(check_common(op, l, dt, scale));
-  KILN_CHECK(kiln_op_need_ptr(op, y, "y"));
-  KILN_CHECK(kiln_op_need_ptr(op, x, "x"));
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"y", y}, {"x", x}));
   KILN_CHECK(kiln_op_need_positive(op, attn_batches, "attn_batches"));
   KILN_CHECK(kiln_op_need_positive(op, sq, "sq"));
   KILN_CHECK(kiln_op_need_positive(op, sk, "sk"));
@@ -154,9 +146,7 @@ kiln_status kiln_scaled_upper_triang_masked_softmax_bwd(kiln_loader *l, kiln_dty
   long long rows = 0;
   kiln_status rc;
   KILN_CHECK(check_common(op, l, dt, scale));
-  KILN_CHECK(kiln_op_need_ptr(op, dx, "dx"));
-  KILN_CHECK(kiln_op_need_ptr(op, y, "y"));
-  KILN_CHECK(kiln_op_need_ptr(op, dy, "dy"));
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"dx", dx}, {"y", y}, {"dy", dy}));
   KILN_CHECK(kiln_op_need_positive(op, attn_batches, "attn_batches"));
   KILN_CHECK(kiln_op_need_positive(op, sq, "sq"));
   KILN_CHECK(kiln_op_need_positive(op, sk, "sk"));
