@@ -51,8 +51,9 @@ usage: kernels_torch.py [--ops LIST] [--dtypes bf16,f16,f32] [--tokens N]
 Without torch, or without a CUDA device, it prints why and exits 0.
 """
 import argparse
-import statistics
 import sys
+
+from softmax_torch import time_ms  # CUDA events, median of reps: one timer for both
 
 FAMILIES = ["layer_norm", "rms_norm", "embedding", "bias_gelu", "bias_swiglu",
             "bias_dropout_add", "rope", "cross_entropy"]
@@ -65,22 +66,6 @@ def esize(torch, dt):
 
 def dtype_name(torch, dt):
     return {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}[dt]
-
-
-def time_ms(torch, fn, warmup, reps):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(reps):
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 class Bench:
