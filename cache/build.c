@@ -22,6 +22,7 @@ typedef struct build_ctx {
   kiln_build_summary *s;
   const kiln_build_options *opts;
   char toolchain[32];
+  const char *options; /* kiln_build_compile_options() */
   char (*keys)[65];
   size_t *todo; /* indices of items to compile */
   size_t n_todo, done;
@@ -35,8 +36,26 @@ typedef struct build_ctx {
   int hb_started, hb_stop;
 } build_ctx;
 
+static char compile_options[256] = KILN_COMPILE_OPTIONS;
+static pthread_once_t compile_options_once = PTHREAD_ONCE_INIT;
+
+/* KILN_NVRTC_OPTIONS is read once per process: every key of a run agrees. A
+ * malformed value leaves the base options (kiln_build then fails on it). */
+static void read_compile_options(void) {
+  const char *extra = NULL;
+  if (kiln_param_nvrtc_options(&extra) == KILN_OK && extra)
+    snprintf(compile_options, sizeof compile_options, "%s %s", KILN_COMPILE_OPTIONS, extra);
+}
+
 const char *kiln_build_compile_options(void) {
-  return KILN_COMPILE_OPTIONS;
+  pthread_once(&compile_options_once, read_compile_options);
+  return compile_options;
+}
+
+static double thread_cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 static double now_ms(void) {
@@ -79,8 +98,12 @@ static void compile_task(size_t i, void *user) {
   kiln_artifact a;
   kiln_record *rec = &it->record;
   int64_t started = kiln_now_ms() / 1000;
-  double t0 = now_ms();
-  kiln_status rc = kiln_compile_unit(&a, it->unit, &it->target, KILN_COMPILE_OPTIONS);
+  double t0 = now_ms(), cpu0 = thread_cpu_s(), cpu;
+  kiln_status rc = kiln_compile_unit(&a, it->unit, &it->target, b->options);
+  cpu = thread_cpu_s() - cpu0;
+  pthread_mutex_lock(&b->lock);
+  b->s->compile_cpu_s += cpu;
+  pthread_mutex_unlock(&b->lock);
   if (kiln_builds_add(b->cache, b->keys[idx], it->unit->name, it->target_name, started,
                       now_ms() - t0, rc == KILN_OK) != KILN_OK)
     kiln_log(KILN_LOG_WARN, "%s", kiln_last_error());
@@ -99,7 +122,7 @@ static void compile_task(size_t i, void *user) {
   snprintf(rec->target, sizeof rec->target, "%s", it->target_name);
   snprintf(rec->kind, sizeof rec->kind, "%s", it->target.kind == KILN_TARGET_PTX ? "ptx" : "cubin");
   snprintf(rec->toolchain, sizeof rec->toolchain, "%s", b->toolchain);
-  snprintf(rec->options, sizeof rec->options, "%s", KILN_COMPILE_OPTIONS);
+  snprintf(rec->options, sizeof rec->options, "%s", b->options);
   rec->build_ms = a.ms;
   rec->registers = a.res.registers;
   rec->spill_stores = a.res.spill_stores;
@@ -159,8 +182,7 @@ static kiln_status settle(build_ctx *b, size_t idx) {
   kiln_build_item *it = &b->s->items[idx];
   kiln_status rc;
   int settled = 0;
-  KILN_CHECK(kiln_cache_key(b->keys[idx], it->unit, it->target_name, KILN_COMPILE_OPTIONS,
-                            b->toolchain));
+  KILN_CHECK(kiln_cache_key(b->keys[idx], it->unit, it->target_name, b->options, b->toolchain));
   if (b->opts->rebuild) {
     kiln_cache_clear_failure(b->cache, b->keys[idx]);
   } else {
@@ -374,6 +396,11 @@ kiln_status kiln_build(kiln_build_summary **out, kiln_cache *cache, const kiln_b
   b.stale_ms = (int64_t)(stale_s * 1000);
   b.wait_ms = (int64_t)(wait_s * 1000);
   KILN_CHECK(kiln_toolchain_id(b.toolchain));
+  {
+    const char *extra = NULL;
+    KILN_CHECK(kiln_param_nvrtc_options(&extra));
+  }
+  b.options = kiln_build_compile_options();
   KILN_CHECK(kiln_param_failure_ttl(&b.failure_ttl));
   KILN_CHECK(make_plan(s, o));
   b.cache = cache;

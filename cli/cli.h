@@ -15,6 +15,17 @@ int cmd_list(int argc, char **argv);
 int cmd_cache(int argc, char **argv);
 int cmd_warmup(int argc, char **argv);
 
+/* A communicator for `warmup --comm NAME` (single, mpi); freed with kiln_comm_free. */
+kiln_status cli_comm_open(kiln_comm **out, const char *name);
+
+/* `kiln warmup --comm ...` (cli/warmup_ranks.c). */
+typedef struct warmup_ranks_opts {
+  const char *comm, *arch, *kernels, *dir;
+  int offline, json, device; /* device -1: the rank's local rank modulo the devices */
+  double timeout_s;          /* <= 0: KILN_BUILD_TIMEOUT */
+} warmup_ranks_opts;
+int warmup_ranks(const warmup_ranks_opts *o);
+
 /* Prints "kiln <verb>: <status detail>" for a failed kiln call and returns the
  * exit status for it (2 for invalid input, 1 otherwise). */
 int cli_error(const char *verb, kiln_status st);

@@ -11,6 +11,9 @@
 static const char *usage =
     "usage: kiln warmup [--device N|all] [--kernels GLOB] [--verify] [--cache DIR] [--offline]\n"
     "                   [--json]\n"
+    "       kiln warmup --comm single|mpi [--arch LIST] [--device N] [--kernels GLOB]\n"
+    "                   [--cache DIR] [--offline] [--heartbeat MS] [--timeout S] [--json]\n"
+    "       kiln warmup --arch LIST [...]   (as --comm single)\n"
     "\n"
     "Resolves and loads every kernel unit for the local GPU(s), as a training\n"
     "process would: from the cache layers (exact CUBIN, then a compatible CUBIN,\n"
@@ -28,11 +31,28 @@ static const char *usage =
     "                  adds read-only layers\n"
     "  --offline       never build: a unit missing from the caches is an error\n"
     "                  (as KILN_OFFLINE=1)\n"
-    "  --json          print what was loaded, per device and unit, as JSON\n"
+    "  --json          print what was loaded, per device and unit, as JSON (with\n"
+    "                  --comm: one object per rank, with its protocol report)\n"
+    "\n"
+    "Many ranks (docs/coordination.md):\n"
+    "  --comm single|mpi  run as one rank of a job: every rank checks its cache,\n"
+    "                  rank 0 alone builds what any rank misses and sends it to\n"
+    "                  the others while it broadcasts a status frame every\n"
+    "                  heartbeat (no collective waits longer than that); every\n"
+    "                  rank ends with the same code or the same error. mpi:\n"
+    "                  under mpirun, e.g. `mpirun -np 64 kiln warmup --comm mpi\n"
+    "                  --arch 90` warms every node of an allocation\n"
+    "  --arch LIST     fill the cache for these targets (as `kiln build --arch`)\n"
+    "                  without a GPU; when every rank has one, also load\n"
+    "  --device N      with --comm: the device (default: the rank's local rank\n"
+    "                  modulo the devices)\n"
+    "  --heartbeat MS  status frame period (default KILN_HEARTBEAT_MS or 500)\n"
+    "  --timeout S     fail with KILN_EPEER when rank 0 sends no frame for this\n"
+    "                  long (default KILN_BUILD_TIMEOUT or 1800)\n"
     "  -h, --help      this help\n"
     "\n"
-    "Exit status: 0 when every unit loaded (and verified), 1 when any failed or\n"
-    "there is no usable GPU, 2 for bad usage.\n";
+    "Exit status: 0 when every unit loaded (and verified) or the cache was\n"
+    "filled, 1 when any failed or there is no usable GPU, 2 for bad usage.\n";
 
 static double now_ms(void) {
   struct timespec ts;
@@ -129,21 +149,58 @@ out:
   return rc;
 }
 
+/* Checks the multi-rank options, then runs warmup_ranks. */
+static int ranks_main(warmup_ranks_opts *ro, int verify, const char *device, const char *heartbeat,
+                      const char *timeout) {
+  char *end = NULL;
+  if (!ro->comm) ro->comm = "single";
+  if (strcmp(ro->comm, "single") != 0 && strcmp(ro->comm, "mpi") != 0)
+    return cli_usage_error("warmup", "--comm '%s': expected single or mpi", ro->comm);
+  if (verify) return cli_usage_error("warmup", "--verify runs without --comm or --arch");
+  if (device) {
+    long d = strtol(device, &end, 10);
+    if (!*device || *end || d < 0 || d > 1023)
+      return cli_usage_error("warmup", "--device '%s': with --comm, one ordinal (0, 1, ...)", device);
+    ro->device = (int)d;
+  }
+  if (heartbeat) {
+    long ms = strtol(heartbeat, &end, 10);
+    if (!*heartbeat || *end || ms < 10 || ms > 60000)
+      return cli_usage_error("warmup", "--heartbeat '%s': milliseconds in [10, 60000]", heartbeat);
+    setenv("KILN_HEARTBEAT_MS", heartbeat, 1); /* read by libkiln, as the variable */
+  }
+  if (timeout) {
+    double s = strtod(timeout, &end);
+    if (!*timeout || *end || !(s > 0) || s > 7 * 24 * 3600.0)
+      return cli_usage_error("warmup", "--timeout '%s': seconds, > 0", timeout);
+    ro->timeout_s = s;
+  }
+  return warmup_ranks(ro);
+}
+
 int cmd_warmup(int argc, char **argv) {
   static const struct option longs[] = {
       {"device", required_argument, 0, 'd'}, {"verify", no_argument, 0, 'v'},
       {"cache", required_argument, 0, 'c'},  {"offline", no_argument, 0, 'o'},
       {"json", no_argument, 0, 'J'},         {"help", no_argument, 0, 'h'},
-      {"kernels", required_argument, 0, 'k'}, {0, 0, 0, 0}};
+      {"kernels", required_argument, 0, 'k'}, {"comm", required_argument, 0, 'C'},
+      {"arch", required_argument, 0, 'a'},    {"heartbeat", required_argument, 0, 'B'},
+      {"timeout", required_argument, 0, 'T'}, {0, 0, 0, 0}};
   warm_opts w = {NULL, NULL, 0, 0, 0};
-  const char *device = "all";
+  warmup_ranks_opts ro = {NULL, NULL, NULL, NULL, 0, 0, -1, 0};
+  const char *device = "all", *heartbeat = NULL, *timeout = NULL;
+  int device_set = 0;
   json_t *arr = json_array();
   kiln_status st;
   int c, rc = EXIT_OK, n = 0, first = 0, last;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
     switch (c) {
-    case 'd': device = optarg; break;
+    case 'd': device = optarg; device_set = 1; break;
+    case 'C': ro.comm = optarg; break;
+    case 'a': ro.arch = optarg; break;
+    case 'B': heartbeat = optarg; break;
+    case 'T': timeout = optarg; break;
     case 'v': w.verify = 1; break;
     case 'c': w.dir = optarg; break;
     case 'o': w.offline = 1; break;
@@ -163,6 +220,16 @@ int cmd_warmup(int argc, char **argv) {
     return cli_usage_error("warmup", "--kernels '%s' matches no unit; units are: %s", w.kernels,
                            kiln_unit_names(names, sizeof names));
   }
+  if (ro.comm || ro.arch) {
+    ro.kernels = w.kernels;
+    ro.dir = w.dir;
+    ro.offline = w.offline;
+    ro.json = w.json;
+    json_decref(arr);
+    return ranks_main(&ro, w.verify, device_set ? device : NULL, heartbeat, timeout);
+  }
+  if (heartbeat || timeout)
+    return cli_usage_error("warmup", "--heartbeat and --timeout go with --comm or --arch");
   if (strcmp(device, "all") != 0) {
     char *end = NULL;
     long d = strtol(device, &end, 10);

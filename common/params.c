@@ -116,6 +116,33 @@ kiln_status kiln_param_test_compile_delay_ms(int *out) {
   return env_int(out, "KILN_TEST_COMPILE_DELAY_MS", 0, 3600 * 1000, 0);
 }
 
+kiln_status kiln_param_nvrtc_options(const char **out) {
+  const char *v = getenv("KILN_NVRTC_OPTIONS");
+  *out = NULL;
+  if (!v || !*v) return KILN_OK;
+  if (strlen(v) > 160)
+    return kiln_fail(KILN_EINVAL, "KILN_NVRTC_OPTIONS: longer than 160 characters");
+  for (const char *p = v; *p;) {
+    while (*p == ' ') p++;
+    if (!*p) break;
+    if (*p != '-')
+      return kiln_fail(KILN_EINVAL, "KILN_NVRTC_OPTIONS: '%s': every option starts with '-' "
+                                    "(e.g. \"-lineinfo -DNDEBUG\")", v);
+    while (*p && *p != ' ') {
+      if (*p == '"' || *p == '\'' || *p == '\\' || (unsigned char)*p < 0x20)
+        return kiln_fail(KILN_EINVAL, "KILN_NVRTC_OPTIONS: '%s': no quotes, escapes or control "
+                                      "characters (options are split on spaces)", v);
+      p++;
+    }
+  }
+  *out = v;
+  return KILN_OK;
+}
+
+kiln_status kiln_param_heartbeat_ms(int *out) {
+  return env_int(out, "KILN_HEARTBEAT_MS", 10, 60 * 1000, 500);
+}
+
 const char *kiln_param_test_inject_compile_error(void) {
   const char *v = getenv("KILN_TEST_INJECT_COMPILE_ERROR");
   return (v && *v) ? v : NULL;

@@ -30,6 +30,12 @@ kiln_status kiln_param_build_timeout_s(double *out);
 kiln_status kiln_param_jobs(int *out);
 /* KILN_FAILURE_TTL: seconds a failed compile is remembered (default 600). */
 kiln_status kiln_param_failure_ttl(int *out);
+/* KILN_NVRTC_OPTIONS: extra NVRTC options for every build (e.g. "-lineinfo"),
+ * space-separated, each starting with '-'; they go into the cache key. NULL
+ * when unset; KILN_EINVAL for a malformed value. */
+kiln_status kiln_param_nvrtc_options(const char **out);
+/* KILN_HEARTBEAT_MS: the coordination root's status frame period (default 500). */
+kiln_status kiln_param_heartbeat_ms(int *out);
 /* KILN_TEST_COMPILE_DELAY_MS: test-only hook, sleeps before each compile. */
 kiln_status kiln_param_test_compile_delay_ms(int *out);
 

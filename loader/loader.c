@@ -182,9 +182,6 @@ kiln_status kiln_loader_warmup(kiln_loader *l, const kiln_comm *comm) {
   size_t *all, n = 0;
   kiln_status rc;
   if (!l) return kiln_fail(KILN_EINVAL, "kiln_loader_warmup: loader is NULL");
-  if (comm)
-    return kiln_fail(KILN_EUNSUPPORTED, "kiln_loader_warmup: this libkiln has no multi-rank "
-                                        "protocol yet; pass NULL (single-process warmup)");
   all = malloc((l->n_units ? l->n_units : 1) * sizeof *all);
   if (!all) return kiln_fail(KILN_ENOMEM, "out of memory");
   for (size_t u = 0; u < l->n_units; u++)
@@ -194,7 +191,7 @@ kiln_status kiln_loader_warmup(kiln_loader *l, const kiln_comm *comm) {
     rc = kiln_fail(KILN_ENOTFOUND, "kiln_loader_warmup: kernels '%s' matches no unit; units are: %s",
                    l->kernels, kiln_unit_names(names, sizeof names));
   } else {
-    rc = kiln_resolve_many(l, all, n);
+    rc = comm ? kiln_warmup_comm(l, all, n, comm) : kiln_resolve_many(l, all, n);
   }
   free(all);
   return rc;

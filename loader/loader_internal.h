@@ -5,6 +5,7 @@
 #include <pthread.h>
 
 #include "kiln/cache.h"
+#include "kiln/comm.h"
 #include "kiln/kernels.h"
 #include "kiln/loader.h"
 #include "loader/driver.h"
@@ -31,6 +32,8 @@ struct kiln_loader {
   kiln_unit_slot *units;
   char *kernels;         /* kiln_loader_options.kernels (owned copy), or NULL: all units */
   CUdeviceptr op_error;  /* the ops' device error block (loader/ops_common.c); 0 until used */
+  kiln_coord_report coord; /* the last multi-rank warmup */
+  int have_coord;
 };
 
 /* Makes l's context current for a driver call (pushed only when another one
@@ -40,6 +43,11 @@ void kiln_ctx_leave(kiln_loader *l, int pushed);
 
 /* Resolves and loads units[u] (l->lock held). */
 kiln_status kiln_resolve_locked(kiln_loader *l, size_t u);
+/* Loads units[u] from the cache layers only: KILN_ENOTFOUND when none holds
+ * a loadable artifact (l->lock held). */
+kiln_status kiln_resolve_cached_locked(kiln_loader *l, size_t u);
+/* The multi-rank warmup of units (loader/coord_warmup.c). */
+kiln_status kiln_warmup_comm(kiln_loader *l, const size_t *units, size_t n, const kiln_comm *comm);
 /* Resolves several units; their misses are built together, in parallel. */
 kiln_status kiln_resolve_many(kiln_loader *l, const size_t *units, size_t n);
 /* Unloads units[u] (l->lock held). */

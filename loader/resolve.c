@@ -274,6 +274,16 @@ out:
   return rc;
 }
 
+kiln_status kiln_resolve_cached_locked(kiln_loader *l, size_t u) {
+  kiln_unit_slot *s = &l->units[u];
+  char held[1024];
+  if (s->module) return KILN_OK;
+  if (s->unit->min_arch > l->cc)
+    return kiln_fail(KILN_EUNSUPPORTED, "%s needs sm_%d or newer; this GPU (%s) is sm_%d",
+                     s->unit->name, s->unit->min_arch, l->info.name, l->cc);
+  return load_cached(l, u, held, sizeof held);
+}
+
 kiln_status kiln_resolve_locked(kiln_loader *l, size_t u) {
   if (l->units[u].module) return KILN_OK;
   return resolve_units_locked(l, &u, 1);

@@ -47,6 +47,7 @@ typedef struct kiln_build_summary {
   size_t taken_over; /* leases taken over from a stale or dead builder */
   uint64_t bytes;   /* bytes of every artifact in the plan */
   double wall_ms;
+  double compile_cpu_s; /* CPU seconds of this process's compile threads */
 } kiln_build_summary;
 
 /* Called from the building threads, serialised by kiln, after each item. */
@@ -80,7 +81,8 @@ KILN_API kiln_status kiln_build(kiln_build_summary **out, kiln_cache *cache,
                                 const kiln_build_options *opts);
 KILN_API void kiln_build_summary_free(kiln_build_summary *s);
 
-/* The compile options that go into every key (NVRTC flags, space-separated). */
+/* The compile options that go into every key (NVRTC flags, space-separated):
+ * kiln's own, then KILN_NVRTC_OPTIONS (read once per process). */
 KILN_API const char *kiln_build_compile_options(void);
 
 #ifdef __cplusplus

@@ -54,6 +54,11 @@ typedef struct kiln_comm {
 
 #define KILN_COMM_VERSION 1
 
+/* For communicator implementations: records the one-line detail of a
+ * failure (what kiln_last_error() then returns) and returns st. */
+KILN_API kiln_status kiln_comm_error(kiln_status st, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 /* One rank, no transport: the protocol runs with size 1 (builds here). */
 KILN_API kiln_status kiln_comm_single(kiln_comm **out);
 

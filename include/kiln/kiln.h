@@ -5,6 +5,7 @@
 #include "kiln/cache.h"
 #include "kiln/kernels.h"
 #include "kiln/loader.h"
+#include "kiln/comm.h"
 #include "kiln/log.h"
 #include "kiln/ops.h"
 #include "kiln/status.h"

@@ -41,6 +41,7 @@ struct CUstream_st;
 typedef struct kiln_loader kiln_loader;
 /* A communicator for multi-rank warmup (include/kiln/comm.h). */
 typedef struct kiln_comm kiln_comm;
+typedef struct kiln_coord_report kiln_coord_report;
 
 /* What the driver says about one device. */
 typedef struct kiln_device_info {
@@ -99,10 +100,17 @@ KILN_API kiln_status kiln_loader_device(kiln_loader *l, kiln_device_info *out);
 /* Resolves and loads one unit (a name from kiln_unit_at / `kiln list`). */
 KILN_API kiln_status kiln_loader_resolve(kiln_loader *l, const char *unit);
 /* Resolves and loads every unit (those matching the options' `kernels`
- * glob, when set; KILN_ENOTFOUND when it matches none). comm NULL: this process alone (misses are
- * built under the cache directory's leases); otherwise the multi-rank
- * protocol of include/kiln/comm.h. */
+ * glob, when set; KILN_ENOTFOUND when it matches none). comm NULL: this
+ * process alone (misses are built under the cache directory's leases).
+ * Otherwise every rank of comm calls it: the protocol of include/kiln/comm.h
+ * builds each unit missing on any rank once, on rank 0, sends it to every
+ * rank, and checks that all ranks loaded the same code (KILN_EMISMATCH if
+ * not); every rank gets the same status. The heartbeat is KILN_HEARTBEAT_MS,
+ * the silence limit the options' build_timeout_s. */
 KILN_API kiln_status kiln_loader_warmup(kiln_loader *l, const kiln_comm *comm);
+/* What the last multi-rank warmup saw on this rank (longest collective
+ * wait, compiles, transfers); KILN_ENOTFOUND before one ran. */
+KILN_API kiln_status kiln_loader_coord_report(kiln_loader *l, kiln_coord_report *out);
 
 /* The CUfunction of an entry point (e.g. "kiln_scaled_softmax_fwd_bf16_w8"),
  * resolving its unit first if needed. KILN_ENOTFOUND for an unknown name. */

@@ -1,0 +1,112 @@
+/* Internal: the coordination protocol (loader/coord.c), its wire format
+ * (loader/coord_wire.c) and the two users of it: the cache-only fill
+ * (loader/coord_fill.c) and the loader's warmup (loader/coord_warmup.c).
+ * docs/coordination.md describes the protocol. */
+#ifndef KILN_LOADER_COORD_INTERNAL_H
+#define KILN_LOADER_COORD_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln/comm.h"
+
+/* The map of (unit, target) slots: one byte each, fixed size so that ranks of
+ * different kiln builds still exchange the same number of bytes in the first
+ * collective (and then find out, by the configuration fingerprint, that they
+ * differ). Slot = unit index (registry order) * targets + target code. */
+#define COORD_MAP_UNITS 64
+#define COORD_MAP_TARGETS 256
+#define COORD_MAP_BYTES (COORD_MAP_UNITS * COORD_MAP_TARGETS)
+#define COORD_FP_BYTES 32
+
+/* The target's code in the map: kind * 85 + arch - 50 (CUBIN, PTX, sm_XYa),
+ * arch in [50, 135); -1 outside. */
+int kiln_coord_target_code(const kiln_target *t);
+void kiln_coord_target_decode(int code, kiln_target *out);
+
+/* SHA-256 of what must agree before ranks can share artifacts: the wire
+ * version, kiln's version, the compile options and every unit's sources. */
+kiln_status kiln_coord_config_fp(uint8_t out[COORD_FP_BYTES]);
+
+/* Fingerprint of an artifact set: SHA-256 over "unit \0 target \0 digest \0"
+ * lines in the order given (callers give slot order). */
+typedef struct kiln_fp_builder kiln_fp_builder;
+kiln_status kiln_fp_begin(kiln_fp_builder **out);
+kiln_status kiln_fp_add(kiln_fp_builder *b, const char *unit, const char *target,
+                        const char *digest);
+/* Writes the 32 bytes and frees b (also on failure). */
+kiln_status kiln_fp_end(kiln_fp_builder *b, uint8_t out[COORD_FP_BYTES]);
+
+/* 64 hex digits of a fingerprint. */
+void kiln_fp_hex(const uint8_t fp[COORD_FP_BYTES], char out[65]);
+
+/* The record (blob verified) a cache holds for (unit, target) built with
+ * today's sources and options; KILN_ENOTFOUND when none. */
+kiln_status kiln_coord_find(kiln_cache *cache, const kiln_unit_info *unit, const char *target,
+                            kiln_record *out);
+
+/* ---- frames ---- */
+
+typedef enum coord_state { COORD_BUILDING = 1, COORD_READY = 2, COORD_FAILED = 3 } coord_state;
+
+/* A status frame, broadcast by the root every heartbeat. */
+#define COORD_FRAME_BYTES 4096
+typedef struct coord_frame {
+  uint32_t state, seq, done, total;
+  int32_t status;     /* kiln_status when FAILED */
+  int64_t pid;
+  double elapsed_s;   /* since the root started */
+  char host[64];
+  char unit[64];      /* the last item settled */
+  char target[16];
+  char message[3800]; /* FAILED: the error and the build log's tail */
+} coord_frame;
+
+void kiln_frame_encode(const coord_frame *f, uint8_t out[COORD_FRAME_BYTES]);
+/* KILN_ECORRUPT when the bytes are not a frame. */
+kiln_status kiln_frame_decode(coord_frame *f, const uint8_t in[COORD_FRAME_BYTES]);
+
+/* An artifact's header, followed by size + log_size payload bytes. */
+#define COORD_HEADER_BYTES 1024
+typedef struct coord_header {
+  int32_t status;   /* KILN_OK, or why the root cannot send it (message) */
+  kiln_record rec;  /* key, unit, target, kind, digest, size, toolchain, options, resources */
+  uint64_t log_size;
+  char message[256];
+} coord_header;
+
+void kiln_header_encode(const coord_header *h, uint8_t out[COORD_HEADER_BYTES]);
+kiln_status kiln_header_decode(coord_header *h, const uint8_t in[COORD_HEADER_BYTES]);
+
+/* ---- the protocol ---- */
+
+/* What a caller brings: how to check its slots locally and what it holds. */
+typedef struct coord_hooks {
+  void *user;
+  /* Marks need[slot] = 1 for every slot this rank lacks (loading what it
+   * has, in the loader's case). Called at the start, after the root is ready
+   * and after the transfers. */
+  kiln_status (*local)(void *user, uint8_t need[COORD_MAP_BYTES], size_t *n_slots);
+  /* The fingerprint of the artifacts this rank holds for its slots. */
+  kiln_status (*fingerprint)(void *user, uint8_t out[COORD_FP_BYTES]);
+} coord_hooks;
+
+typedef struct coord_params {
+  kiln_cache *cache;
+  const kiln_comm *comm;
+  const char *kernels; /* for the log only */
+  double heartbeat_s, timeout_s;
+  int jobs, offline;
+} coord_params;
+
+/* Runs the protocol; the same status on every rank (see comm.h). */
+kiln_status kiln_coord_run(const coord_params *p, const coord_hooks *h, kiln_coord_report *rep);
+
+/* Fills heartbeat, timeout, jobs and offline from the environment where
+ * the caller left them unset (<= 0, or offline < 0). */
+kiln_status kiln_coord_defaults(coord_params *p);
+
+/* Checks a communicator a caller passed in. */
+kiln_status kiln_comm_check(const kiln_comm *comm);
+
+#endif

@@ -1,0 +1,80 @@
+/* kiln_loader_warmup with a communicator: the slots are this device's
+ * (unit, sm_XY) pairs; "have" means a cache layer held something the device
+ * loaded (exact, compatible or PTX), and the fingerprint covers the code
+ * actually loaded. */
+#include <string.h>
+
+#include "common/error.h"
+#include "loader/coord_internal.h"
+#include "loader/loader_internal.h"
+
+typedef struct warm {
+  kiln_loader *l;
+  const size_t *units;
+  size_t n;
+} warm;
+
+static kiln_status warm_local(void *user, uint8_t need[COORD_MAP_BYTES], size_t *n_slots) {
+  warm *w = user;
+  kiln_loader *l = w->l;
+  kiln_target t = {l->cc, 0, KILN_TARGET_CUBIN};
+  int code = kiln_coord_target_code(&t);
+  kiln_status rc = KILN_OK;
+  *n_slots = w->n;
+  if (code < 0) return kiln_fail(KILN_EUNSUPPORTED, "coordination: sm_%d is outside the map", l->cc);
+  pthread_mutex_lock(&l->lock);
+  for (size_t i = 0; i < w->n && rc == KILN_OK; i++) {
+    rc = kiln_resolve_cached_locked(l, w->units[i]);
+    if (rc == KILN_ENOTFOUND) {
+      need[w->units[i] * COORD_MAP_TARGETS + (size_t)code] = 1;
+      rc = KILN_OK;
+    }
+  }
+  pthread_mutex_unlock(&l->lock);
+  return rc;
+}
+
+static kiln_status warm_fp(void *user, uint8_t out[COORD_FP_BYTES]) {
+  warm *w = user;
+  kiln_fp_builder *b = NULL;
+  kiln_status rc;
+  KILN_CHECK(kiln_fp_begin(&b));
+  pthread_mutex_lock(&w->l->lock);
+  for (size_t i = 0; i < w->n && rc == KILN_OK; i++) {
+    const kiln_unit_slot *s = &w->l->units[w->units[i]];
+    rc = s->module ? kiln_fp_add(b, s->unit->name, s->load.target, s->load.digest)
+                   : kiln_fail(KILN_EINTERNAL, "coordination: %s is not loaded", s->unit->name);
+  }
+  pthread_mutex_unlock(&w->l->lock);
+  if (rc == KILN_OK) rc = kiln_fp_end(b, out);
+  else kiln_fp_end(b, out);
+out:
+  return rc;
+}
+
+kiln_status kiln_warmup_comm(kiln_loader *l, const size_t *units, size_t n, const kiln_comm *comm) {
+  warm w = {l, units, n};
+  coord_hooks h = {&w, warm_local, warm_fp};
+  coord_params p;
+  kiln_status rc;
+  KILN_CHECK(kiln_comm_check(comm));
+  memset(&p, 0, sizeof p);
+  p.cache = l->cache;
+  p.comm = comm;
+  p.kernels = l->kernels;
+  p.timeout_s = l->timeout_s;
+  p.jobs = l->jobs;
+  p.offline = l->offline;
+  KILN_CHECK(kiln_coord_defaults(&p));
+  rc = kiln_coord_run(&p, &h, &l->coord);
+  l->have_coord = 1;
+out:
+  return rc;
+}
+
+kiln_status kiln_loader_coord_report(kiln_loader *l, kiln_coord_report *out) {
+  if (!l || !out) return kiln_fail(KILN_EINVAL, "kiln_loader_coord_report: NULL argument");
+  if (!l->have_coord) return kiln_fail(KILN_ENOTFOUND, "no multi-rank warmup ran on this loader");
+  *out = l->coord;
+  return KILN_OK;
+}
