@@ -83,7 +83,7 @@ static kiln_status any_without_gpu(const kiln_comm *c, double timeout_s, int *ou
 
 /* Loads on this rank's GPU through the protocol (a warm cache: one collective). */
 static kiln_status load_here(const warmup_ranks_opts *o, const kiln_comm *c, json_t *out,
-                             kiln_coord_report *rep) {
+                             kiln_coord_report *rep, char *err, size_t cap) {
   kiln_loader_options lo = KILN_LOADER_OPTIONS_INIT;
   kiln_loader *l = NULL;
   kiln_device_info dev;
@@ -101,6 +101,7 @@ static kiln_status load_here(const warmup_ranks_opts *o, const kiln_comm *c, jso
   json_object_set_new(out, "device", json_integer(dev.ordinal));
   json_object_set_new(out, "gpu", json_string(dev.name));
   st = kiln_loader_warmup(l, c);
+  if (st != KILN_OK) snprintf(err, cap, "%s", kiln_last_error()); /* before the lookups below */
   kiln_loader_coord_report(l, rep);
   for (size_t u = 0; u < kiln_unit_count(); u++) {
     kiln_unit_load ul;
@@ -114,13 +115,14 @@ static kiln_status load_here(const warmup_ranks_opts *o, const kiln_comm *c, jso
     json_array_append_new(units, j);
   }
 out:
+  if (st != KILN_OK && !*err) snprintf(err, cap, "%s", kiln_last_error());
   json_object_set_new(out, "units", units);
   kiln_loader_close(l);
   return st;
 }
 
 static kiln_status fill_here(const warmup_ranks_opts *o, const kiln_comm *c, json_t *out,
-                             kiln_coord_report *rep) {
+                             kiln_coord_report *rep, char *err, size_t cap) {
   kiln_coord_options co = KILN_COORD_OPTIONS_INIT;
   kiln_cache *cache = NULL;
   kiln_target *t = NULL;
@@ -134,8 +136,9 @@ static kiln_status fill_here(const warmup_ranks_opts *o, const kiln_comm *c, jso
   co.timeout_s = o->timeout_s;
   co.offline = o->offline ? 1 : -1;
   st = kiln_coord_fill(cache, &co, c, rep);
-  json_object_set_new(out, "artifacts", artifacts_json(cache, t, nt, o->kernels));
 out:
+  if (st != KILN_OK) snprintf(err, cap, "%s", kiln_last_error()); /* before the lookups below */
+  if (cache) json_object_set_new(out, "artifacts", artifacts_json(cache, t, nt, o->kernels));
   kiln_cache_close(cache);
   free(t);
   return st;
@@ -167,31 +170,33 @@ int warmup_ranks(const warmup_ranks_opts *o) {
   json_object_set_new(out, "size", json_integer(c->size));
   json_object_set_new(out, "comm", json_string(c->name));
   if (o->arch) {
-    st = fill_here(o, c, out, &fill_rep);
+    st = fill_here(o, c, out, &fill_rep, err, sizeof err);
     if (st == KILN_OK && !o->json && c->rank == 0) print_summary(c, &fill_rep, "cache filled");
     json_object_set_new(out, "fill", report_json(&fill_rep));
-    if (st == KILN_OK) st = any_without_gpu(c, o->timeout_s > 0 ? o->timeout_s : 1800, &no_gpu);
+    if (st == KILN_OK &&
+        (st = any_without_gpu(c, o->timeout_s > 0 ? o->timeout_s : 1800, &no_gpu)) != KILN_OK)
+      snprintf(err, sizeof err, "%s", kiln_last_error());
     if (st == KILN_OK && no_gpu) {
       json_object_set_new(out, "loaded", json_false());
       if (!o->json && c->rank == 0)
         printf("kiln warmup: %s: the cache is filled, nothing loaded\n",
                c->size == 1 ? "no GPU here" : "not every rank has a GPU");
     } else if (st == KILN_OK) {
-      st = load_here(o, c, out, &rep);
+      st = load_here(o, c, out, &rep, err, sizeof err);
       json_object_set_new(out, "loaded", json_boolean(st == KILN_OK));
       json_object_set_new(out, "load", report_json(&rep));
     }
   } else {
     st = any_without_gpu(c, o->timeout_s > 0 ? o->timeout_s : 1800, &no_gpu);
     if (st == KILN_OK && no_gpu)
-      st = kiln_comm_error(KILN_EDRIVER, "a rank has no usable GPU (%s); `kiln warmup --comm "
-                           "%s --arch LIST` fills caches without one", kiln_last_error(), c->name);
-    if (st == KILN_OK) st = load_here(o, c, out, &rep);
+      st = kiln_comm_error(KILN_EDRIVER, "a rank has no usable GPU; `kiln warmup --comm %s "
+                           "--arch LIST` fills caches without one", c->name);
+    if (st != KILN_OK) snprintf(err, sizeof err, "%s", kiln_last_error());
+    if (st == KILN_OK) st = load_here(o, c, out, &rep, err, sizeof err);
     json_object_set_new(out, "load", report_json(&rep));
   }
   if (st == KILN_OK && !o->json && c->rank == 0 && !no_gpu) print_summary(c, &rep, "loaded");
   if (st != KILN_OK) {
-    snprintf(err, sizeof err, "%s", kiln_last_error());
     fprintf(stderr, "kiln warmup: rank %d/%d: %s: %s\n", c->rank, c->size, kiln_status_str(st), err);
     json_object_set_new(out, "error", json_string(err));
     rc = EXIT_FAIL;

@@ -101,31 +101,30 @@ static int fp_agrees(const uint8_t *at) {
   return 1;
 }
 
-/* On a disagreement: one more max-reduce of a byte per rank says who holds
- * something other than the highest fingerprint, for the message. */
-static kiln_status disagree(run *r, const uint8_t mine[COORD_FP_BYTES], const uint8_t *reduced,
-                            const char *what) {
+/* On a disagreement (a byte-wise max is no rank's value): rank 0's value is
+ * broadcast, then a max-reduce of a byte per rank says who differs from it. */
+static kiln_status disagree(run *r, const uint8_t mine[COORD_FP_BYTES], const char *what) {
   int size = r->c->size, n_odd = 0;
-  uint8_t *flags = calloc((size_t)size, 1);
-  char odd[256] = "", even[256] = "";
+  uint8_t *flags = calloc((size_t)size, 1), root[COORD_FP_BYTES];
+  char odd[256] = "";
   kiln_status rc;
   if (!flags) return kiln_fail(KILN_ENOMEM, "out of memory");
-  flags[r->c->rank] = memcmp(mine, reduced, COORD_FP_BYTES) != 0;
-  rc = collective(r, 0, flags, (size_t)size, "naming the ranks that disagree");
-  if (rc == KILN_OK) {
-    for (int i = 0; i < size; i++) {
-      char *list = flags[i] ? odd : even;
-      size_t len = strlen(list);
-      n_odd += flags[i];
-      if (len + 16 < sizeof odd) snprintf(list + len, sizeof odd - len, "%s%d", len ? "," : "", i);
-      else if (!strstr(list, "...")) snprintf(list + len, sizeof odd - len, ",...");
-    }
-    rc = kiln_fail(KILN_EMISMATCH,
-                   "coordination: ranks disagree on %s: rank%s %s differ%s from rank%s %s; "
-                   "refusing to run (ranks would run different code)",
-                   what, n_odd == 1 ? "" : "s", odd, n_odd == 1 ? "s" : "",
-                   size - n_odd == 1 ? "" : "s", even);
+  memcpy(root, mine, sizeof root);
+  KILN_CHECK(collective(r, 1, root, sizeof root, "rank 0's fingerprint"));
+  flags[r->c->rank] = memcmp(mine, root, COORD_FP_BYTES) != 0;
+  KILN_CHECK(collective(r, 0, flags, (size_t)size, "naming the ranks that differ"));
+  for (int i = 0; i < size; i++) {
+    size_t len = strlen(odd);
+    if (!flags[i]) continue;
+    n_odd++;
+    if (len + 16 < sizeof odd) snprintf(odd + len, sizeof odd - len, "%s%d", len ? "," : "", i);
+    else if (!strstr(odd, "...")) snprintf(odd + len, sizeof odd - len, ",...");
   }
+  rc = kiln_fail(KILN_EMISMATCH,
+                 "coordination: ranks disagree on %s: rank%s %s differ%s from rank 0; refusing "
+                 "to run (ranks would run different code)",
+                 what, n_odd == 1 ? "" : "s", odd, n_odd == 1 ? "s" : "");
+out:
   free(flags);
   return rc;
 }
@@ -547,7 +546,7 @@ static kiln_status final_check(run *r, kiln_status local_rc, const char *err_in)
     goto out;
   }
   if (!fp_agrees(buf + OFF_FP)) {
-    rc = disagree(r, fp, buf + OFF_FP, "the artifacts they hold (their fingerprints differ)");
+    rc = disagree(r, fp, "the artifacts they hold (their fingerprints differ)");
     goto out;
   }
   kiln_fp_hex(fp, r->rep->fingerprint);
@@ -576,8 +575,7 @@ kiln_status kiln_coord_run(const coord_params *p, const coord_hooks *h, kiln_coo
   if (!fp_agrees(buf + OFF_CFG)) {
     uint8_t cfg[COORD_FP_BYTES];
     KILN_CHECK(kiln_coord_config_fp(cfg));
-    rc = disagree(&r, cfg, buf + OFF_CFG,
-                  "the build configuration (kiln version, KILN_NVRTC_OPTIONS, kernel sources)");
+    rc = disagree(&r, cfg, "the build configuration (kiln version, KILN_NVRTC_OPTIONS, kernel sources)");
     goto out;
   }
   rep->missing = count_set(buf + HDR);
@@ -586,7 +584,7 @@ kiln_status kiln_coord_run(const coord_params *p, const coord_hooks *h, kiln_coo
     if (!fp_agrees(buf + OFF_FP)) {
       uint8_t fp[COORD_FP_BYTES];
       KILN_CHECK(h->fingerprint(h->user, fp));
-      rc = disagree(&r, fp, buf + OFF_FP, "the artifacts they hold (their fingerprints differ)");
+      rc = disagree(&r, fp, "the artifacts they hold (their fingerprints differ)");
       goto out;
     }
     kiln_fp_hex(buf + OFF_FP, rep->fingerprint);
