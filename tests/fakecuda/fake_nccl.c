@@ -2,8 +2,10 @@
  * transport (loader/coord_nccl.c), which dlopens it instead of libnccl.so.2
  * (KILN_NCCL_LIBRARY=<path>). README.md describes it.
  *
- * Communicators come from kiln_fake_nccl_comm(rank, nranks) (there is no
- * ncclCommInitRank); any other pointer is refused (ncclInvalidArgument).
+ * Communicators come from kiln_fake_nccl_comm(rank, nranks), or from
+ * ncclCommInitRank with nranks 1 (a program written for the real libnccl,
+ * tests/gpu/test_coord_nccl_gpu.c, runs on it); any other pointer is
+ * refused (ncclInvalidArgument).
  * This process is the one rank `rank`; the others are simulated: what they
  * contribute to the m-th collective of the process (m counts from 0, see
  * kiln_fake_nccl_collectives) is byte j = kiln_fake_nccl_peer_byte(m, j).
@@ -27,7 +29,7 @@
 #include <pthread.h> /* the mutex over the counters */
 #include <stddef.h>  /* size_t */
 #include <stdlib.h>  /* getenv */
-#include <string.h>  /* memmove, strcmp */
+#include <string.h>  /* memmove, memset, strcmp */
 
 #define FAKE_EXPORT __attribute__((visibility("default")))
 
@@ -47,6 +49,9 @@ enum { ncclUint8 = 1 };
 enum { ncclMax = 2 };
 typedef void *ncclComm_t;
 typedef void *cudaStream_t;
+typedef struct {
+  char internal[128]; /* NCCL_UNIQUE_ID_BYTES */
+} ncclUniqueId;
 
 #define FAKE_NCCL_VERSION 22105 /* 2.21.5, as NCCL_VERSION_CODE spells it */
 #define MAX_COMMS 64
@@ -143,6 +148,35 @@ FAKE_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *as
   }
   pthread_mutex_unlock(&g_mu);
   if (hook("KILN_FAKE_NCCL_ASYNC_ERROR")) *async_error = ncclRemoteError;
+  return ncclSuccess;
+}
+
+FAKE_EXPORT void *kiln_fake_nccl_comm(int rank, int nranks);
+
+FAKE_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
+  if (!id) return ncclInvalidArgument;
+  memset(id, 0, sizeof *id);
+  memcpy(id->internal, "kiln-fake-nccl", 14);
+  return ncclSuccess;
+}
+
+/* One rank only: a real init of more would wait for the others. */
+FAKE_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
+  (void)id;
+  if (!comm) return ncclInvalidArgument;
+  if (nranks != 1 || rank != 0) return ncclInvalidUsage;
+  *comm = kiln_fake_nccl_comm(rank, nranks);
+  return *comm ? ncclSuccess : ncclSystemError;
+}
+
+/* Destroyed (or aborted) communicators are gone: later calls are refused. */
+FAKE_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  struct fake_comm *c = NULL;
+  ncclResult_t r = check_comm(comm, &c);
+  if (r != ncclSuccess) return r;
+  pthread_mutex_lock(&g_mu);
+  c->aborted = 1;
+  pthread_mutex_unlock(&g_mu);
   return ncclSuccess;
 }
 
