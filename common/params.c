@@ -153,6 +153,11 @@ const char *kiln_param_cuda_library(void) {
   return (v && *v) ? v : NULL;
 }
 
+const char *kiln_param_nccl_library(void) {
+  const char *v = getenv("KILN_NCCL_LIBRARY");
+  return (v && *v) ? v : NULL;
+}
+
 kiln_status kiln_param_offline(int *out) {
   return env_int(out, "KILN_OFFLINE", 0, 1, 0);
 }

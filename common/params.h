@@ -19,6 +19,8 @@ const char *kiln_param_cache_path(void);
 const char *kiln_param_nvrtc_library(void);
 /* KILN_CUDA_LIBRARY: an explicit libcuda to load, or NULL. */
 const char *kiln_param_cuda_library(void);
+/* KILN_NCCL_LIBRARY: an explicit libnccl to load (the NCCL transport), or NULL. */
+const char *kiln_param_nccl_library(void);
 /* KILN_OFFLINE: 1 forbids builds in the loader (default 0). */
 kiln_status kiln_param_offline(int *out);
 /* KILN_LEASE_STALE: seconds after which a build lease nobody renews is taken

@@ -84,6 +84,11 @@ static kiln_status fill(void *h) {
   SYM(MemcpyDtoD, "cuMemcpyDtoD");
   SYM(MemsetD8, "cuMemsetD8");
   SYM(StreamSynchronize, "cuStreamSynchronize");
+  SYM(StreamQuery, "cuStreamQuery");
+  SYM(MemcpyHtoDAsync, "cuMemcpyHtoDAsync");
+  SYM(MemcpyDtoHAsync, "cuMemcpyDtoHAsync");
+  SYM(MemAllocHost, "cuMemAllocHost");
+  SYM(MemFreeHost, "cuMemFreeHost");
   SYM(EventCreate, "cuEventCreate");
   SYM(EventDestroy, "cuEventDestroy");
   SYM(EventRecord, "cuEventRecord");

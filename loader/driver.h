@@ -44,6 +44,14 @@ typedef struct kiln_cuda_api {
   CUresult (*MemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
   CUresult (*MemsetD8)(CUdeviceptr, unsigned char, size_t);
   CUresult (*StreamSynchronize)(CUstream);
+  /* The NCCL transport (loader/coord_nccl.c): copies on the caller's stream
+   * around a collective, a pinned host bounce buffer so that the copy back
+   * is asynchronous too, and polling instead of a blocking wait. */
+  CUresult (*StreamQuery)(CUstream);
+  CUresult (*MemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
+  CUresult (*MemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
+  CUresult (*MemAllocHost)(void **, size_t);
+  CUresult (*MemFreeHost)(void *);
   CUresult (*EventCreate)(CUevent *, unsigned int);
   CUresult (*EventDestroy)(CUevent);
   CUresult (*EventRecord)(CUevent, CUstream);

@@ -3,7 +3,9 @@
  * contexts (push/pop), as the driver keeps them. Releasing a primary context
  * to zero destroys what it owned (memory, modules, events) and clears a
  * sticky launch error; its handle stays the same for the next retain. */
-#include <stdio.h> /* snprintf */
+#include <stdio.h>  /* snprintf */
+#include <stdlib.h> /* getenv */
+#include <string.h> /* strcmp */
 
 #include "fake.h"
 
@@ -172,6 +174,18 @@ CUresult fake_StreamSynchronize(CUstream) {
   std::lock_guard<std::mutex> g(lock());
   context *c;
   return current(&c);
+}
+
+/* Work is done when it is enqueued, so a stream is always idle, unless
+ * KILN_FAKE_CUDA_STREAM_HANG=1 says the stream never drains (a collective
+ * whose peer never joins). Read on every call, unlike the other knobs, so a
+ * test can turn it on and off between calls. */
+CUresult fake_StreamQuery(CUstream) {
+  std::lock_guard<std::mutex> g(lock());
+  context *c;
+  if (CUresult r = current(&c)) return r;
+  const char *hang = getenv("KILN_FAKE_CUDA_STREAM_HANG");
+  return hang && !strcmp(hang, "1") ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
 }
 
 } // namespace kiln_fake

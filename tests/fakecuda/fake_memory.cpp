@@ -27,6 +27,7 @@ struct allocation {
   const context *ctx;
 };
 std::map<uintptr_t, allocation> g_allocs; /* by base address */
+std::map<uintptr_t, allocation> g_host;   /* cuMemAllocHost's, by base address */
 unsigned long long g_used[64];            /* bytes allocated per device */
 
 /* The allocation holding [p, p + n), n >= 1, or end(). */
@@ -56,12 +57,25 @@ std::map<uintptr_t, event> g_events;
 
 } // namespace
 
+/* Page-locked host memory belongs to its context as well. */
+static void host_drop_context(const context *c) {
+  for (auto it = g_host.begin(); it != g_host.end();) {
+    if (it->second.ctx == c) {
+      free((void *)it->first);
+      it = g_host.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 bool memory_covers(uintptr_t p, unsigned long long n, const context *c) {
   auto it = find(p, n ? n : 1);
   return it != g_allocs.end() && (!c || it->second.ctx == c);
 }
 
 void memory_drop_context(const context *c) {
+  host_drop_context(c);
   for (auto it = g_allocs.begin(); it != g_allocs.end();) {
     auto next = std::next(it);
     if (it->second.ctx == c) release(it);
@@ -104,6 +118,33 @@ CUresult fake_MemFree(CUdeviceptr p) {
   return CUDA_SUCCESS;
 }
 
+/* Page-locked host memory: plain host memory here, owned by the context
+ * (freed with it), and cuMemFreeHost needs the exact base. */
+CUresult fake_MemAllocHost(void **p, size_t bytes) {
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> g(lock());
+  context *c;
+  if (CUresult r = current(&c)) return r;
+  if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  void *m = malloc(bytes);
+  if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
+  memset(m, 0xff, bytes);
+  g_host[(uintptr_t)m] = allocation{bytes, c};
+  *p = m;
+  return CUDA_SUCCESS;
+}
+
+CUresult fake_MemFreeHost(void *p) {
+  std::lock_guard<std::mutex> g(lock());
+  context *c;
+  if (CUresult r = current(&c)) return r;
+  auto it = g_host.find((uintptr_t)p);
+  if (it == g_host.end()) return CUDA_ERROR_INVALID_VALUE;
+  free(p);
+  g_host.erase(it);
+  return CUDA_SUCCESS;
+}
+
 /* ---- copies ---------------------------------------------------------------------- */
 
 CUresult fake_MemcpyHtoD(CUdeviceptr dst, const void *src, size_t n) {
@@ -124,6 +165,16 @@ CUresult fake_MemcpyDtoH(void *dst, CUdeviceptr src, size_t n) {
   if (!dst || !memory_covers((uintptr_t)src, n, nullptr)) return CUDA_ERROR_INVALID_VALUE;
   memcpy(dst, (const void *)(uintptr_t)src, n);
   return CUDA_SUCCESS;
+}
+
+/* Streams are synchronous: the async copies are the copies (the stream is
+ * accepted and ignored, as by every fake entry point). */
+CUresult fake_MemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream) {
+  return fake_MemcpyHtoD(dst, src, n);
+}
+
+CUresult fake_MemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUstream) {
+  return fake_MemcpyDtoH(dst, src, n);
 }
 
 CUresult fake_MemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t n) {

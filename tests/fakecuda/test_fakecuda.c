@@ -68,6 +68,11 @@ static struct api {
   CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);
   CUresult (*MemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
   CUresult (*MemsetD8)(CUdeviceptr, unsigned char, size_t);
+  CUresult (*StreamQuery)(CUstream);
+  CUresult (*MemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
+  CUresult (*MemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
+  CUresult (*MemAllocHost)(void **, size_t);
+  CUresult (*MemFreeHost)(void *);
   CUresult (*EventCreate)(CUevent *, unsigned int);
   CUresult (*EventDestroy)(CUevent);
   CUresult (*EventRecord)(CUevent, CUstream);
@@ -102,6 +107,7 @@ static int load(void) {
   S(CtxGetDevice), S(ModuleLoadDataEx), S(ModuleUnload), S(ModuleGetFunction), S(LaunchKernel);
   S(MemAlloc), S(MemFree), S(MemcpyHtoD), S(MemcpyDtoH), S(MemcpyDtoD), S(MemsetD8);
   S(EventCreate), S(EventDestroy), S(EventRecord), S(EventElapsedTime);
+  S(StreamQuery), S(MemcpyHtoDAsync), S(MemcpyDtoHAsync), S(MemAllocHost), S(MemFreeHost);
 #undef S
   return 1;
 }
@@ -307,6 +313,28 @@ static void devices_and_contexts(void) {
   CHECK(cur == c0);
   CHECK_CU(cu.CtxPushCurrent(c0), CUDA_SUCCESS);
   CHECK_CU(cu.MemFree(b), CUDA_ERROR_INVALID_VALUE); /* went with the context */
+
+  /* Async copies through page-locked memory, and a stream that is idle
+   * unless KILN_FAKE_CUDA_STREAM_HANG=1 (read on every call). */
+  void *pinned = NULL;
+  CHECK_CU(cu.MemAllocHost(&pinned, 0), CUDA_ERROR_INVALID_VALUE);
+  CHECK_CU(cu.MemAllocHost(&pinned, 1000), CUDA_SUCCESS);
+  CHECK_CU(cu.MemAlloc(&a, 1000), CUDA_SUCCESS);
+  memcpy(pinned, in, 1000);
+  CHECK_CU(cu.MemcpyHtoDAsync(a, pinned, 1000, NULL), CUDA_SUCCESS);
+  memset(pinned, 0, 1000);
+  CHECK_CU(cu.MemcpyDtoHAsync(pinned, a, 1000, NULL), CUDA_SUCCESS);
+  CHECK(memcmp(pinned, in, 1000) == 0);
+  CHECK_CU(cu.MemcpyDtoHAsync(pinned, a + 1, 1000, NULL), CUDA_ERROR_INVALID_VALUE);
+  CHECK_CU(cu.StreamQuery(NULL), CUDA_SUCCESS);
+  setenv("KILN_FAKE_CUDA_STREAM_HANG", "1", 1);
+  CHECK_CU(cu.StreamQuery(NULL), CUDA_ERROR_NOT_READY);
+  unsetenv("KILN_FAKE_CUDA_STREAM_HANG");
+  CHECK_CU(cu.StreamQuery(NULL), CUDA_SUCCESS);
+  CHECK_CU(cu.MemFreeHost((char *)pinned + 1), CUDA_ERROR_INVALID_VALUE);
+  CHECK_CU(cu.MemFreeHost(pinned), CUDA_SUCCESS);
+  CHECK_CU(cu.MemFreeHost(pinned), CUDA_ERROR_INVALID_VALUE);
+  CHECK_CU(cu.MemFree(a), CUDA_SUCCESS);
 
   /* Events. */
   CUevent e1, e2, e3;
