@@ -6,7 +6,10 @@
  *   2. broadcast and max_reduce of 1, 4096 and 1 MiB + 7 bytes (two staging
  *      chunks) come back exact;
  *   3. the round trip of a 4 KiB frame (broadcast), median of 200 after 20
- *      warm-up calls: "nccl frame round trip: X us (median of 200)".
+ *      warm-up calls: "nccl frame round trip: X us (median of 200)";
+ *   4. the coordination protocol over it: kiln_loader_warmup(l, comm) of
+ *      scaled_softmax into an empty cache builds and loads it (one compile),
+ *      and a second warmup is one collective.
  * Exits 77 (skipped) with a one-line reason when there is no CUDA device or
  * no libnccl (KILN_NCCL_LIBRARY names one), 1 on any failure.
  *
@@ -124,6 +127,50 @@ static void frame_round_trip(kiln_comm *c) {
   g_pass++;
 }
 
+/* The protocol end to end over NCCL, in a fresh cache directory. */
+static void warmup_over_nccl(kiln_comm *c) {
+  char dir[] = "/tmp/kiln-gpu-coord-XXXXXX";
+  kiln_loader_options o = KILN_LOADER_OPTIONS_INIT;
+  kiln_loader *l = NULL;
+  kiln_coord_report rep;
+  if (!mkdtemp(dir)) {
+    check(0, "mkdtemp");
+    return;
+  }
+  o.device = KILN_LOADER_CURRENT_CONTEXT;
+  o.cache_dir = dir;
+  o.kernels = "scaled_softmax";
+  if (kiln_loader_open(&l, &o) != KILN_OK) {
+    check(0, "kiln_loader_open on the current context");
+    return;
+  }
+  check(kiln_loader_warmup(l, c) == KILN_OK, "warmup over NCCL, cold cache");
+  if (kiln_loader_coord_report(l, &rep) == KILN_OK) {
+    check(rep.compiled == 1 && rep.missing == 1, "cold: %zu missing, %zu compiled", rep.missing,
+          rep.compiled);
+    printf("nccl warmup (cold): %.1f ms, %zu collectives, longest wait %.1f ms (%s)\n",
+           rep.total_ms, rep.collectives, rep.longest_wait_ms, rep.longest_what);
+  }
+  kiln_loader_close(l);
+  l = NULL;
+  if (kiln_loader_open(&l, &o) != KILN_OK) {
+    check(0, "kiln_loader_open again");
+    return;
+  }
+  check(kiln_loader_warmup(l, c) == KILN_OK, "warmup over NCCL, warm cache");
+  if (kiln_loader_coord_report(l, &rep) == KILN_OK) {
+    check(rep.collectives == 1 && rep.compiled == 0, "warm: %zu collective(s), %zu compiled",
+          rep.collectives, rep.compiled);
+    printf("nccl warmup (warm): %.2f ms, %zu collective\n", rep.total_ms, rep.collectives);
+  }
+  kiln_loader_close(l);
+  {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) printf("note: could not remove %s\n", dir);
+  }
+}
+
 int main(void) {
   char why[512] = "", msg[256];
   ncclUniqueId id;
@@ -166,6 +213,7 @@ int main(void) {
     check(c->rank == 0 && c->size == 1, "kiln_comm_nccl gives rank %d of %d", c->rank, c->size);
     round_trips(c);
     frame_round_trip(c);
+    warmup_over_nccl(c);
     kiln_comm_free(c);
   }
   nc.CommDestroy(comm); /* not aborted: still the caller's */
