@@ -42,8 +42,7 @@ static kiln_cache *open_cache(const char *root, const char *leaf) {
 }
 
 /* kiln_build of the plan into cache; adds its compiles and compile CPU. */
-static void build(kiln_cache *cache, const kiln_target *t, size_t nt, const char *glob,
-                  result *r) {
+static void build(kiln_cache *cache, const kiln_target *t, size_t nt, const char *glob, result *r) {
   kiln_build_options o = KILN_BUILD_OPTIONS_INIT;
   kiln_build_summary *s = NULL;
   o.targets = t;
@@ -67,11 +66,16 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (strcmp(argv[i], "--strategy") == 0) strategy = argv[i + 1];
-    else if (strcmp(argv[i], "--root") == 0) root = argv[i + 1];
-    else if (strcmp(argv[i], "--arch") == 0) arch = argv[i + 1];
-    else if (strcmp(argv[i], "--kernels") == 0) glob = argv[i + 1];
-    else if (strcmp(argv[i], "--heartbeat") == 0) setenv("KILN_HEARTBEAT_MS", argv[i + 1], 1);
+    if (strcmp(argv[i], "--strategy") == 0)
+      strategy = argv[i + 1];
+    else if (strcmp(argv[i], "--root") == 0)
+      root = argv[i + 1];
+    else if (strcmp(argv[i], "--arch") == 0)
+      arch = argv[i + 1];
+    else if (strcmp(argv[i], "--kernels") == 0)
+      glob = argv[i + 1];
+    else if (strcmp(argv[i], "--heartbeat") == 0)
+      setenv("KILN_HEARTBEAT_MS", argv[i + 1], 1);
     else {
       fprintf(stderr, "cluster_rank: unknown option %s\n", argv[i]);
       MPI_Abort(MPI_COMM_WORLD, 2);

@@ -113,7 +113,8 @@ static int warm_device(int ordinal, const warm_opts *w, json_t *arr) {
   for (size_t u = 0; u < kiln_unit_count(); u++) {
     kiln_unit_load ul;
     if (kiln_loader_unit_load(l, kiln_unit_at(u)->name, &ul) != KILN_OK) continue;
-    if (w->json) json_array_append_new(units, load_json(&ul));
+    if (w->json)
+      json_array_append_new(units, load_json(&ul));
     else
       printf("  %-36s %-17s %-11s %.12s  %.1f ms\n", ul.unit, kiln_load_source_str(ul.source),
              ul.target, ul.digest, ul.ms);
@@ -123,8 +124,8 @@ static int warm_device(int ordinal, const warm_opts *w, json_t *arr) {
   json_object_set_new(dj, "wall_ms", json_real(ms));
   if (st != KILN_OK) goto fail_err;
   if (!w->json)
-    printf("kiln warmup: device %d (%s, sm_%d%d): %zu units loaded in %.1f ms\n", ordinal,
-           dev.name, dev.cc_major, dev.cc_minor, matching_units(w->kernels), ms);
+    printf("kiln warmup: device %d (%s, sm_%d%d): %zu units loaded in %.1f ms\n", ordinal, dev.name,
+           dev.cc_major, dev.cc_minor, matching_units(w->kernels), ms);
   if (w->verify) {
     st = kiln_loader_verify(l, &vs);
     json_object_set_new(dj, "verified_entries", json_integer((json_int_t)vs.entries));
@@ -160,7 +161,8 @@ static int ranks_main(warmup_ranks_opts *ro, int verify, const char *device, con
   if (device) {
     long d = strtol(device, &end, 10);
     if (!*device || *end || d < 0 || d > 1023)
-      return cli_usage_error("warmup", "--device '%s': with --comm, one ordinal (0, 1, ...)", device);
+      return cli_usage_error("warmup", "--device '%s': with --comm, one ordinal (0, 1, ...)",
+                             device);
     ro->device = (int)d;
   }
   if (heartbeat) {
@@ -180,9 +182,9 @@ static int ranks_main(warmup_ranks_opts *ro, int verify, const char *device, con
 
 int cmd_warmup(int argc, char **argv) {
   static const struct option longs[] = {
-      {"device", required_argument, 0, 'd'}, {"verify", no_argument, 0, 'v'},
-      {"cache", required_argument, 0, 'c'},  {"offline", no_argument, 0, 'o'},
-      {"json", no_argument, 0, 'J'},         {"help", no_argument, 0, 'h'},
+      {"device", required_argument, 0, 'd'},  {"verify", no_argument, 0, 'v'},
+      {"cache", required_argument, 0, 'c'},   {"offline", no_argument, 0, 'o'},
+      {"json", no_argument, 0, 'J'},          {"help", no_argument, 0, 'h'},
       {"kernels", required_argument, 0, 'k'}, {"comm", required_argument, 0, 'C'},
       {"arch", required_argument, 0, 'a'},    {"heartbeat", required_argument, 0, 'B'},
       {"timeout", required_argument, 0, 'T'}, {0, 0, 0, 0}};
@@ -196,18 +198,44 @@ int cmd_warmup(int argc, char **argv) {
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
     switch (c) {
-    case 'd': device = optarg; device_set = 1; break;
-    case 'C': ro.comm = optarg; break;
-    case 'a': ro.arch = optarg; break;
-    case 'B': heartbeat = optarg; break;
-    case 'T': timeout = optarg; break;
-    case 'v': w.verify = 1; break;
-    case 'c': w.dir = optarg; break;
-    case 'o': w.offline = 1; break;
-    case 'J': w.json = 1; break;
-    case 'k': w.kernels = optarg; break;
-    case 'h': fputs(usage, stdout); json_decref(arr); return EXIT_OK;
-    default: json_decref(arr); return cli_usage_error("warmup", "bad option");
+    case 'd':
+      device = optarg;
+      device_set = 1;
+      break;
+    case 'C':
+      ro.comm = optarg;
+      break;
+    case 'a':
+      ro.arch = optarg;
+      break;
+    case 'B':
+      heartbeat = optarg;
+      break;
+    case 'T':
+      timeout = optarg;
+      break;
+    case 'v':
+      w.verify = 1;
+      break;
+    case 'c':
+      w.dir = optarg;
+      break;
+    case 'o':
+      w.offline = 1;
+      break;
+    case 'J':
+      w.json = 1;
+      break;
+    case 'k':
+      w.kernels = optarg;
+      break;
+    case 'h':
+      fputs(usage, stdout);
+      json_decref(arr);
+      return EXIT_OK;
+    default:
+      json_decref(arr);
+      return cli_usage_error("warmup", "bad option");
     }
   }
   if (optind < argc) {

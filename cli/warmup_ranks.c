@@ -189,15 +189,18 @@ int warmup_ranks(const warmup_ranks_opts *o) {
   } else {
     st = any_without_gpu(c, o->timeout_s > 0 ? o->timeout_s : 1800, &no_gpu);
     if (st == KILN_OK && no_gpu)
-      st = kiln_comm_error(KILN_EDRIVER, "a rank has no usable GPU; `kiln warmup --comm %s "
-                           "--arch LIST` fills caches without one", c->name);
+      st = kiln_comm_error(KILN_EDRIVER,
+                           "a rank has no usable GPU; `kiln warmup --comm %s "
+                           "--arch LIST` fills caches without one",
+                           c->name);
     if (st != KILN_OK) snprintf(err, sizeof err, "%s", kiln_last_error());
     if (st == KILN_OK) st = load_here(o, c, out, &rep, err, sizeof err);
     json_object_set_new(out, "load", report_json(&rep));
   }
   if (st == KILN_OK && !o->json && c->rank == 0 && !no_gpu) print_summary(c, &rep, "loaded");
   if (st != KILN_OK) {
-    fprintf(stderr, "kiln warmup: rank %d/%d: %s: %s\n", c->rank, c->size, kiln_status_str(st), err);
+    fprintf(stderr, "kiln warmup: rank %d/%d: %s: %s\n", c->rank, c->size, kiln_status_str(st),
+            err);
     json_object_set_new(out, "error", json_string(err));
     rc = EXIT_FAIL;
   }

@@ -27,11 +27,11 @@
 #include "kiln/kernels.h"
 #include "loader/coord_internal.h"
 
-#define HDR 256                       /* the exchange buffer's header */
-#define CHUNK ((size_t)1 << 20)       /* artifact bytes per broadcast */
-#define OFF_FAILED 0                  /* a rank failed locally */
-#define OFF_CFG 32                    /* configuration fingerprint, then its complement */
-#define OFF_FP 96                     /* artifact fingerprint, then its complement */
+#define HDR 256                 /* the exchange buffer's header */
+#define CHUNK ((size_t)1 << 20) /* artifact bytes per broadcast */
+#define OFF_FAILED 0            /* a rank failed locally */
+#define OFF_CFG 32              /* configuration fingerprint, then its complement */
+#define OFF_FP 96               /* artifact fingerprint, then its complement */
 
 static double now_ms(void) {
   struct timespec ts;
@@ -81,8 +81,9 @@ static kiln_status collective(run *r, int bcast, void *buf, size_t n, const char
     snprintf(why, sizeof why, "%s", kiln_last_error());
     r->aborted = 1;
     if (c->abort) c->abort(c->self, why);
-    return kiln_fail(KILN_EPEER, "coordination (rank %d of %d, %s transport): %s did not complete: %s",
-                     c->rank, c->size, c->name, what, why);
+    return kiln_fail(KILN_EPEER,
+                     "coordination (rank %d of %d, %s transport): %s did not complete: %s", c->rank,
+                     c->size, c->name, what, why);
   }
   return KILN_OK;
 }
@@ -117,8 +118,10 @@ static kiln_status disagree(run *r, const uint8_t mine[COORD_FP_BYTES], const ch
     size_t len = strlen(odd);
     if (!flags[i]) continue;
     n_odd++;
-    if (len + 16 < sizeof odd) snprintf(odd + len, sizeof odd - len, "%s%d", len ? "," : "", i);
-    else if (!strstr(odd, "...")) snprintf(odd + len, sizeof odd - len, ",...");
+    if (len + 16 < sizeof odd)
+      snprintf(odd + len, sizeof odd - len, "%s%d", len ? "," : "", i);
+    else if (!strstr(odd, "..."))
+      snprintf(odd + len, sizeof odd - len, ",...");
   }
   rc = kiln_fail(KILN_EMISMATCH,
                  "coordination: ranks disagree on %s: rank%s %s differ%s from rank 0; refusing "
@@ -131,7 +134,8 @@ out:
 
 static size_t count_set(const uint8_t *map) {
   size_t n = 0;
-  for (size_t i = 0; i < COORD_MAP_BYTES; i++) n += map[i] != 0;
+  for (size_t i = 0; i < COORD_MAP_BYTES; i++)
+    n += map[i] != 0;
   return n;
 }
 
@@ -152,8 +156,10 @@ static void fill_exchange(run *r, uint8_t *buf, kiln_status *local_rc, char *err
   kiln_status st = kiln_coord_config_fp(cfg);
   if (st == KILN_OK) st = r->h->local(r->h->user, buf + HDR, &slots);
   r->rep->slots = slots;
-  if (st == KILN_OK && count_set(buf + HDR) == 0) st = r->h->fingerprint(r->h->user, fp);
-  else memset(fp, 0, sizeof fp);
+  if (st == KILN_OK && count_set(buf + HDR) == 0)
+    st = r->h->fingerprint(r->h->user, fp);
+  else
+    memset(fp, 0, sizeof fp);
   put_fp(buf + OFF_CFG, cfg);
   put_fp(buf + OFF_FP, fp);
   *local_rc = st;
@@ -167,8 +173,10 @@ static void fill_exchange(run *r, uint8_t *buf, kiln_status *local_rc, char *err
 /* A rank that failed on its own returns its error; the others a peer error. */
 static kiln_status someone_failed(run *r, kiln_status mine, const char *err, const char *when) {
   if (mine != KILN_OK) return kiln_fail(mine, "%s", err);
-  return kiln_fail(KILN_EPEER, "coordination: another rank failed %s (its own log says why); "
-                               "rank %d of %d stops too", when, r->c->rank, r->c->size);
+  return kiln_fail(KILN_EPEER,
+                   "coordination: another rank failed %s (its own log says why); "
+                   "rank %d of %d stops too",
+                   when, r->c->rank, r->c->size);
 }
 
 /* ---- step 2: the root builds while it broadcasts status frames ---- */
@@ -324,7 +332,8 @@ static kiln_status root_build(run *r, const uint8_t *map, size_t missing) {
     pthread_mutex_unlock(&b.lock);
   }
   if (started) pthread_join(tid, NULL); /* a broken comm still waits for our own build */
-  if (rc == KILN_OK && f.state == COORD_FAILED) rc = kiln_fail((kiln_status)f.status, "%s", f.message);
+  if (rc == KILN_OK && f.state == COORD_FAILED)
+    rc = kiln_fail((kiln_status)f.status, "%s", f.message);
   TL(r, "root: %s after %u frames (%zu compiled, %.1f CPU s)",
      f.state == COORD_READY ? "READY" : "FAILED", f.seq + 1, r->rep->compiled,
      r->rep->compile_cpu_s);
@@ -405,8 +414,10 @@ static void root_read(run *r, size_t slot, coord_header *h, uint8_t **payload) {
   if (kiln_coord_find(r->p->cache, unit, target, &h->rec) != KILN_OK ||
       kiln_cache_get(r->p->cache, h->rec.key, &h->rec, &blob, &size) != KILN_OK) {
     h->status = KILN_ENOTFOUND;
-    snprintf(h->message, sizeof h->message, "rank 0 cannot read %s %s from its cache after "
-             "building it: %s", unit->name, target, kiln_last_error());
+    snprintf(h->message, sizeof h->message,
+             "rank 0 cannot read %s %s from its cache after "
+             "building it: %s",
+             unit->name, target, kiln_last_error());
     goto out;
   }
   if (h->rec.log_digest[0] &&
@@ -531,8 +542,10 @@ static kiln_status final_check(run *r, kiln_status local_rc, const char *err_in)
   if (!need) return kiln_fail(KILN_ENOMEM, "out of memory");
   if (rc == KILN_OK && (rc = r->h->local(r->h->user, need, &slots)) == KILN_OK &&
       count_set(need) != 0)
-    rc = kiln_fail(KILN_EINTERNAL, "coordination: rank %d still lacks %zu artifact(s) after the "
-                   "transfers", r->c->rank, count_set(need));
+    rc = kiln_fail(KILN_EINTERNAL,
+                   "coordination: rank %d still lacks %zu artifact(s) after the "
+                   "transfers",
+                   r->c->rank, count_set(need));
   if (rc == KILN_OK) rc = r->h->fingerprint(r->h->user, fp);
   if (rc != KILN_OK) {
     if (!err_in[0]) snprintf(err, sizeof err, "%s", kiln_last_error());
@@ -575,7 +588,8 @@ kiln_status kiln_coord_run(const coord_params *p, const coord_hooks *h, kiln_coo
   if (!fp_agrees(buf + OFF_CFG)) {
     uint8_t cfg[COORD_FP_BYTES];
     KILN_CHECK(kiln_coord_config_fp(cfg));
-    rc = disagree(&r, cfg, "the build configuration (kiln version, KILN_NVRTC_OPTIONS, kernel sources)");
+    rc = disagree(&r, cfg,
+                  "the build configuration (kiln version, KILN_NVRTC_OPTIONS, kernel sources)");
     goto out;
   }
   rep->missing = count_set(buf + HDR);

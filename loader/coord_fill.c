@@ -29,8 +29,11 @@ static kiln_status each_slot(fill *f, slot_fn fn, void *arg) {
       char name[16];
       int code = kiln_coord_target_code(&f->o->targets[t]);
       kiln_target_name(&f->o->targets[t], name);
-      if (code < 0) return kiln_fail(KILN_EUNSUPPORTED, "coordination: target %s is outside "
-                                     "what the protocol's map holds (sm_50 .. sm_134)", name);
+      if (code < 0)
+        return kiln_fail(KILN_EUNSUPPORTED,
+                         "coordination: target %s is outside "
+                         "what the protocol's map holds (sm_50 .. sm_134)",
+                         name);
       rc = fn(f, u * COORD_MAP_TARGETS + (size_t)code, unit, name, arg);
     }
   }
@@ -48,8 +51,10 @@ static kiln_status mark(fill *f, size_t slot, const kiln_unit_info *u, const cha
   kiln_record rec;
   kiln_status st = kiln_coord_find(f->cache, u, target, &rec);
   a->slots++;
-  if (st == KILN_ENOTFOUND) a->need[slot] = 1;
-  else if (st != KILN_OK) return st;
+  if (st == KILN_ENOTFOUND)
+    a->need[slot] = 1;
+  else if (st != KILN_OK)
+    return st;
   return KILN_OK;
 }
 
@@ -76,8 +81,10 @@ static kiln_status fill_fp(void *user, uint8_t out[COORD_FP_BYTES]) {
   kiln_status rc;
   KILN_CHECK(kiln_fp_begin(&b));
   rc = each_slot(user, add_fp, b);
-  if (rc == KILN_OK) rc = kiln_fp_end(b, out);
-  else kiln_fp_end(b, out);
+  if (rc == KILN_OK)
+    rc = kiln_fp_end(b, out);
+  else
+    kiln_fp_end(b, out);
 out:
   return rc;
 }

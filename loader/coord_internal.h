@@ -53,11 +53,11 @@ typedef enum coord_state { COORD_BUILDING = 1, COORD_READY = 2, COORD_FAILED = 3
 #define COORD_FRAME_BYTES 4096
 typedef struct coord_frame {
   uint32_t state, seq, done, total;
-  int32_t status;     /* kiln_status when FAILED */
+  int32_t status; /* kiln_status when FAILED */
   int64_t pid;
-  double elapsed_s;   /* since the root started */
+  double elapsed_s; /* since the root started */
   char host[64];
-  char unit[64];      /* the last item settled */
+  char unit[64]; /* the last item settled */
   char target[16];
   char message[3800]; /* FAILED: the error and the build log's tail */
 } coord_frame;
@@ -69,8 +69,8 @@ kiln_status kiln_frame_decode(coord_frame *f, const uint8_t in[COORD_FRAME_BYTES
 /* An artifact's header, followed by size + log_size payload bytes. */
 #define COORD_HEADER_BYTES 1024
 typedef struct coord_header {
-  int32_t status;   /* KILN_OK, or why the root cannot send it (message) */
-  kiln_record rec;  /* key, unit, target, kind, digest, size, toolchain, options, resources */
+  int32_t status;  /* KILN_OK, or why the root cannot send it (message) */
+  kiln_record rec; /* key, unit, target, kind, digest, size, toolchain, options, resources */
   uint64_t log_size;
   char message[256];
 } coord_header;

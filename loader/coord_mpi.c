@@ -54,7 +54,8 @@ static kiln_status mpi_broadcast(void *self, void *buf, size_t bytes, int root, 
   MPI_Request req;
   int e;
   if (m->aborted) return kiln_comm_error(KILN_EPEER, "MPI communicator was aborted");
-  if (bytes > (size_t)1 << 30) return kiln_comm_error(KILN_EINVAL, "MPI broadcast: %zu bytes", bytes);
+  if (bytes > (size_t)1 << 30)
+    return kiln_comm_error(KILN_EINVAL, "MPI broadcast: %zu bytes", bytes);
   e = MPI_Ibcast(buf, (int)bytes, MPI_UNSIGNED_CHAR, root, m->comm, &req);
   if (e != MPI_SUCCESS) return mpi_error(e, "Ibcast");
   return wait_req(m, &req, timeout_s, "broadcast", bytes);
@@ -65,7 +66,8 @@ static kiln_status mpi_max_reduce(void *self, void *buf, size_t bytes, double ti
   MPI_Request req;
   int e;
   if (m->aborted) return kiln_comm_error(KILN_EPEER, "MPI communicator was aborted");
-  if (bytes > (size_t)1 << 30) return kiln_comm_error(KILN_EINVAL, "MPI max-reduce: %zu bytes", bytes);
+  if (bytes > (size_t)1 << 30)
+    return kiln_comm_error(KILN_EINVAL, "MPI max-reduce: %zu bytes", bytes);
   e = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)bytes, MPI_UNSIGNED_CHAR, MPI_MAX, m->comm, &req);
   if (e != MPI_SUCCESS) return mpi_error(e, "Iallreduce");
   return wait_req(m, &req, timeout_s, "max-reduce", bytes);

@@ -21,7 +21,8 @@ static kiln_status warm_local(void *user, uint8_t need[COORD_MAP_BYTES], size_t 
   int code = kiln_coord_target_code(&t);
   kiln_status rc = KILN_OK;
   *n_slots = w->n;
-  if (code < 0) return kiln_fail(KILN_EUNSUPPORTED, "coordination: sm_%d is outside the map", l->cc);
+  if (code < 0)
+    return kiln_fail(KILN_EUNSUPPORTED, "coordination: sm_%d is outside the map", l->cc);
   pthread_mutex_lock(&l->lock);
   for (size_t i = 0; i < w->n && rc == KILN_OK; i++) {
     rc = kiln_resolve_cached_locked(l, w->units[i]);
@@ -46,8 +47,10 @@ static kiln_status warm_fp(void *user, uint8_t out[COORD_FP_BYTES]) {
                    : kiln_fail(KILN_EINTERNAL, "coordination: %s is not loaded", s->unit->name);
   }
   pthread_mutex_unlock(&w->l->lock);
-  if (rc == KILN_OK) rc = kiln_fp_end(b, out);
-  else kiln_fp_end(b, out);
+  if (rc == KILN_OK)
+    rc = kiln_fp_end(b, out);
+  else
+    kiln_fp_end(b, out);
 out:
   return rc;
 }

@@ -67,7 +67,8 @@ static void unhex(const char hex[65], uint8_t out[COORD_FP_BYTES]) {
 }
 
 void kiln_fp_hex(const uint8_t fp[COORD_FP_BYTES], char out[65]) {
-  for (int i = 0; i < COORD_FP_BYTES; i++) snprintf(out + 2 * i, 3, "%02x", fp[i]);
+  for (int i = 0; i < COORD_FP_BYTES; i++)
+    snprintf(out + 2 * i, 3, "%02x", fp[i]);
 }
 
 kiln_status kiln_fp_end(kiln_fp_builder *b, uint8_t out[COORD_FP_BYTES]) {
@@ -110,8 +111,10 @@ static void put(cursor *c, const void *v, size_t n) {
 }
 
 static void get(cursor *c, void *v, size_t n) {
-  if (c->at + n <= c->cap) memcpy(v, c->r + c->at, n);
-  else memset(v, 0, n);
+  if (c->at + n <= c->cap)
+    memcpy(v, c->r + c->at, n);
+  else
+    memset(v, 0, n);
   c->at += n;
 }
 

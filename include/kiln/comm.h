@@ -39,7 +39,7 @@ struct CUstream_st;
 typedef struct kiln_comm {
   int version; /* KILN_COMM_VERSION */
   int rank, size;
-  void *self;  /* passed to every function */
+  void *self; /* passed to every function */
   /* bytes at buf on root are copied to buf on every rank */
   kiln_status (*broadcast)(void *self, void *buf, size_t bytes, int root, double timeout_s);
   /* buf[i] = max over ranks of buf[i], bytes as uint8 (in place) */
@@ -79,33 +79,34 @@ KILN_API void kiln_comm_free(kiln_comm *comm);
 /* What one rank saw of one run of the protocol. */
 typedef struct kiln_coord_report {
   int rank, size;
-  size_t slots;          /* (unit, target) pairs this rank needed */
-  size_t missing;        /* union of misses over all ranks */
-  size_t compiled;       /* compiled by this rank (the root) now */
-  size_t received;       /* artifacts this rank received and stored */
-  size_t collectives;    /* collective calls made */
+  size_t slots;           /* (unit, target) pairs this rank needed */
+  size_t missing;         /* union of misses over all ranks */
+  size_t compiled;        /* compiled by this rank (the root) now */
+  size_t received;        /* artifacts this rank received and stored */
+  size_t collectives;     /* collective calls made */
   double longest_wait_ms; /* longest single collective call */
   char longest_what[48];  /* which one ("status frame 12", "union of misses", ...) */
   uint64_t bytes_received;
-  double compile_cpu_s;  /* CPU seconds spent compiling on this rank */
-  double total_ms;       /* the whole protocol, on this rank */
-  char fingerprint[65];  /* of the artifact set this rank holds for its slots */
+  double compile_cpu_s; /* CPU seconds spent compiling on this rank */
+  double total_ms;      /* the whole protocol, on this rank */
+  char fingerprint[65]; /* of the artifact set this rank holds for its slots */
 } kiln_coord_report;
 
 typedef struct kiln_coord_options {
-  int version;              /* KILN_COORD_OPTIONS_VERSION */
+  int version;                /* KILN_COORD_OPTIONS_VERSION */
   const kiln_target *targets; /* required: what to fill */
   size_t n_targets;
-  const char *kernels;      /* unit-name glob; NULL: every unit */
-  double heartbeat_s;       /* status frame period; <= 0: KILN_HEARTBEAT_MS (500 ms) */
-  double timeout_s;         /* a silent root (or a peer not joining) fails the job
-                               after this; <= 0: KILN_BUILD_TIMEOUT (1800 s) */
-  int jobs;                 /* the root's compile threads; <= 0: KILN_JOBS or cores */
-  int offline;              /* 1: the root may not compile (KILN_OFFLINE); -1: from env */
+  const char *kernels; /* unit-name glob; NULL: every unit */
+  double heartbeat_s;  /* status frame period; <= 0: KILN_HEARTBEAT_MS (500 ms) */
+  double timeout_s;    /* a silent root (or a peer not joining) fails the job
+                          after this; <= 0: KILN_BUILD_TIMEOUT (1800 s) */
+  int jobs;            /* the root's compile threads; <= 0: KILN_JOBS or cores */
+  int offline;         /* 1: the root may not compile (KILN_OFFLINE); -1: from env */
 } kiln_coord_options;
 
 #define KILN_COORD_OPTIONS_VERSION 1
-#define KILN_COORD_OPTIONS_INIT {KILN_COORD_OPTIONS_VERSION, NULL, 0, NULL, 0, 0, 0, -1}
+#define KILN_COORD_OPTIONS_INIT                                                                    \
+  { KILN_COORD_OPTIONS_VERSION, NULL, 0, NULL, 0, 0, 0, -1 }
 
 /* Fills cache with every selected unit for every target over comm, with no
  * GPU (e.g. `kiln warmup --comm mpi --arch 90` on every node of an

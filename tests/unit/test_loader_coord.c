@@ -20,8 +20,10 @@
 /* ---- the wire ---- */
 
 static void test_target_codes_round_trip(void **state) {
-  kiln_target ts[] = {{90, 0, KILN_TARGET_CUBIN}, {80, 0, KILN_TARGET_PTX},
-                      {90, 1, KILN_TARGET_CUBIN}, {121, 0, KILN_TARGET_CUBIN}};
+  kiln_target ts[] = {{90, 0, KILN_TARGET_CUBIN},
+                      {80, 0, KILN_TARGET_PTX},
+                      {90, 1, KILN_TARGET_CUBIN},
+                      {121, 0, KILN_TARGET_CUBIN}};
   int seen[COORD_MAP_TARGETS] = {0};
   (void)state;
   for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) {
@@ -148,7 +150,8 @@ static double now_s(void) {
 }
 
 /* The last rank in does the collective for all (root's bytes, or the max). */
-static kiln_status tcomm_collective(tcomm *t, uint8_t *buf, size_t bytes, int root, double timeout_s) {
+static kiln_status tcomm_collective(tcomm *t, uint8_t *buf, size_t bytes, int root,
+                                    double timeout_s) {
   tcomm_shared *s = t->s;
   unsigned long gen;
   struct timespec until;
@@ -159,7 +162,8 @@ static kiln_status tcomm_collective(tcomm *t, uint8_t *buf, size_t bytes, int ro
   }
   pthread_mutex_lock(&s->m);
   gen = s->gen;
-  if (s->arrived == 0) s->bytes = bytes;
+  if (s->arrived == 0)
+    s->bytes = bytes;
   else if (s->bytes != bytes) {
     pthread_mutex_unlock(&s->m);
     fail_msg("rank %d: collective of %zu bytes while others use %zu", t->rank, bytes, s->bytes);
@@ -172,8 +176,10 @@ static kiln_status tcomm_collective(tcomm *t, uint8_t *buf, size_t bytes, int ro
     } else {
       for (size_t i = 0; i < bytes; i++) {
         uint8_t m = 0;
-        for (int r = 0; r < s->n; r++) m = s->bufs[r][i] > m ? s->bufs[r][i] : m;
-        for (int r = 0; r < s->n; r++) s->bufs[r][i] = m;
+        for (int r = 0; r < s->n; r++)
+          m = s->bufs[r][i] > m ? s->bufs[r][i] : m;
+        for (int r = 0; r < s->n; r++)
+          s->bufs[r][i] = m;
       }
     }
     s->arrived = 0;
@@ -238,7 +244,8 @@ static void *rank_main(void *arg) {
 }
 
 /* Runs n ranks (threads); rank `dies` stops answering after `after` calls. */
-static void run_ranks(rank_run *rr, int n, const char *base, int dies, int after, double timeout_s) {
+static void run_ranks(rank_run *rr, int n, const char *base, int dies, int after,
+                      double timeout_s) {
   static tcomm_shared s;
   memset(&s, 0, sizeof s);
   pthread_mutex_init(&s.m, NULL);
@@ -261,7 +268,8 @@ static void run_ranks(rank_run *rr, int n, const char *base, int dies, int after
     r->timeout_s = timeout_s;
     assert_int_equal(pthread_create(&r->tid, NULL, rank_main, r), 0);
   }
-  for (int i = 0; i < n; i++) pthread_join(rr[i].tid, NULL);
+  for (int i = 0; i < n; i++)
+    pthread_join(rr[i].tid, NULL);
   pthread_cond_destroy(&s.cv);
   pthread_mutex_destroy(&s.m);
 }
