@@ -43,8 +43,17 @@ static pthread_once_t compile_options_once = PTHREAD_ONCE_INIT;
  * malformed value leaves the base options (kiln_build then fails on it). */
 static void read_compile_options(void) {
   const char *extra = NULL;
-  if (kiln_param_nvrtc_options(&extra) == KILN_OK && extra)
-    snprintf(compile_options, sizeof compile_options, "%s %s", KILN_COMPILE_OPTIONS, extra);
+  size_t len = strlen(compile_options);
+  if (kiln_param_nvrtc_options(&extra) != KILN_OK || !extra) return;
+  /* one space between options, whatever the variable had: same options, same key */
+  for (const char *p = extra; *p && len + 2 < sizeof compile_options; p++) {
+    if (*p == ' ' && (p[1] == ' ' || p[1] == '\0')) continue;
+    if (*p == ' ' && compile_options[len - 1] == ' ') continue;
+    if (*p != ' ' && (p == extra || p[-1] == ' ') && compile_options[len - 1] != ' ')
+      compile_options[len++] = ' ';
+    compile_options[len++] = *p;
+  }
+  compile_options[len] = '\0';
 }
 
 const char *kiln_build_compile_options(void) {

@@ -32,14 +32,16 @@ static const char *usage =
     "  --offline       never build: a unit missing from the caches is an error\n"
     "                  (as KILN_OFFLINE=1)\n"
     "  --json          print what was loaded, per device and unit, as JSON (with\n"
-    "                  --comm: one object per rank, with its protocol report)\n"
+    "                  --comm: one line of JSON per rank, with its protocol report)\n"
     "\n"
     "Many ranks (docs/coordination.md):\n"
     "  --comm single|mpi  run as one rank of a job: every rank checks its cache,\n"
     "                  rank 0 alone builds what any rank misses and sends it to\n"
     "                  the others while it broadcasts a status frame every\n"
-    "                  heartbeat (no collective waits longer than that); every\n"
-    "                  rank ends with the same code or the same error. mpi:\n"
+    "                  heartbeat (while it builds, no collective waits longer\n"
+    "                  than that); every rank ends with the same code, or the\n"
+    "                  same error (a rank that fails on its own reports its\n"
+    "                  error and the others KILN_EPEER at once). mpi:\n"
     "                  under mpirun, e.g. `mpirun -np 64 kiln warmup --comm mpi\n"
     "                  --arch 90` warms every node of an allocation\n"
     "  --arch LIST     fill the cache for these targets (as `kiln build --arch`)\n"
@@ -155,6 +157,13 @@ static int ranks_main(warmup_ranks_opts *ro, int verify, const char *device, con
                       const char *timeout) {
   char *end = NULL;
   if (!ro->comm) ro->comm = "single";
+  if (ro->arch) { /* bad targets are bad usage, found before any rank starts */
+    kiln_target *t = NULL;
+    size_t nt = 0;
+    kiln_status st = kiln_targets_parse_list(&t, &nt, ro->arch);
+    free(t);
+    if (st != KILN_OK) return cli_error("warmup", st);
+  }
   if (strcmp(ro->comm, "single") != 0 && strcmp(ro->comm, "mpi") != 0)
     return cli_usage_error("warmup", "--comm '%s': expected single or mpi", ro->comm);
   if (verify) return cli_usage_error("warmup", "--verify runs without --comm or --arch");
@@ -256,8 +265,10 @@ int cmd_warmup(int argc, char **argv) {
     json_decref(arr);
     return ranks_main(&ro, w.verify, device_set ? device : NULL, heartbeat, timeout);
   }
-  if (heartbeat || timeout)
+  if (heartbeat || timeout) {
+    json_decref(arr);
     return cli_usage_error("warmup", "--heartbeat and --timeout go with --comm or --arch");
+  }
   if (strcmp(device, "all") != 0) {
     char *end = NULL;
     long d = strtol(device, &end, 10);

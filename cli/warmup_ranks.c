@@ -69,16 +69,19 @@ static json_t *artifacts_json(kiln_cache *cache, const kiln_target *t, size_t nt
 
 /* One small collective: 1 when any rank has no usable GPU. */
 static kiln_status any_without_gpu(const kiln_comm *c, double timeout_s, int *out) {
-  unsigned char none = 0;
   int n = 0;
-  kiln_status st;
-  none = kiln_device_count(&n) != KILN_OK || n == 0;
-  if ((st = c->max_reduce(c->self, &none, 1, timeout_s)) != KILN_OK) {
-    if (c->abort) c->abort(c->self, kiln_last_error());
-    return kiln_comm_error(KILN_EPEER, "asking every rank for a GPU: %s", kiln_last_error());
-  }
-  *out = none;
-  return KILN_OK;
+  *out = kiln_device_count(&n) != KILN_OK || n == 0;
+  return kiln_coord_any(c, out, timeout_s);
+}
+
+/* This rank cannot take part (st, with kiln's last error, says why): it
+ * still joins the others' first exchange, as failed, so they stop now
+ * instead of waiting out the timeout for it. */
+static kiln_status cannot_start(const kiln_comm *c, double timeout_s, kiln_status st, char *err,
+                                size_t cap) {
+  snprintf(err, cap, "%s", kiln_last_error());
+  kiln_coord_fail(c, timeout_s); /* if even that fails, the others time out */
+  return st;
 }
 
 /* Loads on this rank's GPU through the protocol (a warm cache: one collective). */
@@ -90,13 +93,24 @@ static kiln_status load_here(const warmup_ranks_opts *o, const kiln_comm *c, jso
   json_t *units = json_array();
   int n = 0;
   kiln_status st;
-  if ((st = kiln_device_count(&n)) != KILN_OK) goto out;
+  if ((st = kiln_device_count(&n)) != KILN_OK || n == 0) {
+    st = kiln_comm_error(KILN_EDRIVER,
+                         "no usable GPU on this rank (%s); `kiln warmup --comm %s --arch LIST` "
+                         "fills caches without one",
+                         st != KILN_OK ? kiln_last_error() : "the driver reports no device",
+                         c->name);
+    st = cannot_start(c, o->timeout_s, st, err, cap);
+    goto out;
+  }
   lo.device = o->device >= 0 ? o->device : local_rank(c->rank) % (n ? n : 1);
   lo.cache_dir = o->dir;
   lo.offline = o->offline ? 1 : -1;
   lo.kernels = o->kernels;
   lo.build_timeout_s = o->timeout_s;
-  if ((st = kiln_loader_open(&l, &lo)) != KILN_OK) goto out;
+  if ((st = kiln_loader_open(&l, &lo)) != KILN_OK) {
+    st = cannot_start(c, o->timeout_s, st, err, cap);
+    goto out;
+  }
   kiln_loader_device(l, &dev);
   json_object_set_new(out, "device", json_integer(dev.ordinal));
   json_object_set_new(out, "gpu", json_string(dev.name));
@@ -128,8 +142,11 @@ static kiln_status fill_here(const warmup_ranks_opts *o, const kiln_comm *c, jso
   kiln_target *t = NULL;
   size_t nt = 0;
   kiln_status st;
-  if ((st = kiln_targets_parse_list(&t, &nt, o->arch)) != KILN_OK) goto out;
-  if ((st = cli_open_cache(&cache, o->dir, 1)) != KILN_OK) goto out;
+  if ((st = kiln_targets_parse_list(&t, &nt, o->arch)) != KILN_OK ||
+      (st = cli_open_cache(&cache, o->dir, 1)) != KILN_OK) {
+    st = cannot_start(c, o->timeout_s, st, err, cap);
+    goto out;
+  }
   co.targets = t;
   co.n_targets = nt;
   co.kernels = o->kernels;
@@ -137,7 +154,7 @@ static kiln_status fill_here(const warmup_ranks_opts *o, const kiln_comm *c, jso
   co.offline = o->offline ? 1 : -1;
   st = kiln_coord_fill(cache, &co, c, rep);
 out:
-  if (st != KILN_OK) snprintf(err, cap, "%s", kiln_last_error()); /* before the lookups below */
+  if (st != KILN_OK && !*err) snprintf(err, cap, "%s", kiln_last_error()); /* before lookups */
   if (cache) json_object_set_new(out, "artifacts", artifacts_json(cache, t, nt, o->kernels));
   kiln_cache_close(cache);
   free(t);
@@ -173,8 +190,7 @@ int warmup_ranks(const warmup_ranks_opts *o) {
     st = fill_here(o, c, out, &fill_rep, err, sizeof err);
     if (st == KILN_OK && !o->json && c->rank == 0) print_summary(c, &fill_rep, "cache filled");
     json_object_set_new(out, "fill", report_json(&fill_rep));
-    if (st == KILN_OK &&
-        (st = any_without_gpu(c, o->timeout_s > 0 ? o->timeout_s : 1800, &no_gpu)) != KILN_OK)
+    if (st == KILN_OK && (st = any_without_gpu(c, o->timeout_s, &no_gpu)) != KILN_OK)
       snprintf(err, sizeof err, "%s", kiln_last_error());
     if (st == KILN_OK && no_gpu) {
       json_object_set_new(out, "loaded", json_false());
@@ -187,14 +203,7 @@ int warmup_ranks(const warmup_ranks_opts *o) {
       json_object_set_new(out, "load", report_json(&rep));
     }
   } else {
-    st = any_without_gpu(c, o->timeout_s > 0 ? o->timeout_s : 1800, &no_gpu);
-    if (st == KILN_OK && no_gpu)
-      st = kiln_comm_error(KILN_EDRIVER,
-                           "a rank has no usable GPU; `kiln warmup --comm %s "
-                           "--arch LIST` fills caches without one",
-                           c->name);
-    if (st != KILN_OK) snprintf(err, sizeof err, "%s", kiln_last_error());
-    if (st == KILN_OK) st = load_here(o, c, out, &rep, err, sizeof err);
+    st = load_here(o, c, out, &rep, err, sizeof err);
     json_object_set_new(out, "load", report_json(&rep));
   }
   if (st == KILN_OK && !o->json && c->rank == 0 && !no_gpu) print_summary(c, &rep, "loaded");
@@ -210,7 +219,10 @@ int warmup_ranks(const warmup_ranks_opts *o) {
     double longest = rep.longest_wait_ms > fill_rep.longest_wait_ms ? rep.longest_wait_ms
                                                                     : fill_rep.longest_wait_ms;
     json_object_set_new(out, "longest_wait_ms", json_real(longest));
-    cli_print_json(out);
+    char *line = json_dumps(out, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (line) printf("%s\n", line); /* one line per rank: ranks share mpirun's stdout */
+    free(line);
+    json_decref(out);
   } else {
     json_decref(out);
   }

@@ -40,13 +40,16 @@ static double now_ms(void) {
 }
 
 typedef struct run {
-  const coord_params *p;
+  coord_params p;
   const coord_hooks *h;
   const kiln_comm *c;
   kiln_coord_report *rep;
   double t0;
   int aborted;
-  coord_frame last; /* the last status frame seen */
+  coord_frame last;            /* the last status frame seen */
+  uint8_t cfg[COORD_FP_BYTES]; /* this rank's configuration fingerprint */
+  uint8_t fp[COORD_FP_BYTES];  /* this rank's artifact fingerprint (when it missed nothing) */
+  const uint8_t *uni;          /* the union of misses, once known */
 } run;
 
 #define TL(r, ...) timeline(r, __VA_ARGS__)
@@ -68,8 +71,8 @@ static kiln_status collective(run *r, int bcast, void *buf, size_t n, const char
   double t = now_ms(), dt;
   kiln_status st;
   if (r->aborted) return kiln_fail(KILN_EPEER, "coordination: the communicator was aborted");
-  st = bcast ? c->broadcast(c->self, buf, n, 0, r->p->timeout_s)
-             : c->max_reduce(c->self, buf, n, r->p->timeout_s);
+  st = bcast ? c->broadcast(c->self, buf, n, 0, r->p.timeout_s)
+             : c->max_reduce(c->self, buf, n, r->p.timeout_s);
   dt = now_ms() - t;
   r->rep->collectives++;
   if (dt > r->rep->longest_wait_ms) {
@@ -150,18 +153,16 @@ static void slot_names(size_t slot, const kiln_unit_info **unit, char target[16]
 
 /* Fills buf (HDR + map) for this rank. The rank's own error, if any, is kept
  * in *local_rc (the exchange still happens: the others must not hang). */
-static void fill_exchange(run *r, uint8_t *buf, kiln_status *local_rc, char *err, size_t cap) {
-  uint8_t cfg[COORD_FP_BYTES], fp[COORD_FP_BYTES];
+static void fill_exchange(run *r, kiln_status setup, uint8_t *buf, kiln_status *local_rc, char *err,
+                          size_t cap) {
   size_t slots = 0;
-  kiln_status st = kiln_coord_config_fp(cfg);
-  if (st == KILN_OK) st = r->h->local(r->h->user, buf + HDR, &slots);
+  kiln_status st = setup;
+  if (st == KILN_OK) st = kiln_coord_config_fp(r->cfg);
+  if (st == KILN_OK) st = r->h->local(r->h->user, buf + HDR, &slots, NULL);
   r->rep->slots = slots;
-  if (st == KILN_OK && count_set(buf + HDR) == 0)
-    st = r->h->fingerprint(r->h->user, fp);
-  else
-    memset(fp, 0, sizeof fp);
-  put_fp(buf + OFF_CFG, cfg);
-  put_fp(buf + OFF_FP, fp);
+  if (st == KILN_OK && count_set(buf + HDR) == 0) st = r->h->fingerprint(r->h->user, r->fp);
+  put_fp(buf + OFF_CFG, r->cfg);
+  put_fp(buf + OFF_FP, r->fp);
   *local_rc = st;
   if (st != KILN_OK) {
     snprintf(err, cap, "%s", kiln_last_error());
@@ -206,7 +207,7 @@ static void on_progress(const kiln_build_item *it, size_t done, size_t total, vo
 
 /* Builds the units of one target; the first failure is kept. */
 static kiln_status build_target(build_state *b, int code, const char **names, size_t n) {
-  const coord_params *p = b->r->p;
+  const coord_params *p = &b->r->p;
   kiln_build_options o = KILN_BUILD_OPTIONS_INIT;
   kiln_build_summary *sum = NULL;
   kiln_target t;
@@ -259,9 +260,9 @@ static void *build_main(void *user) {
 
 /* Waits until the build finished or one heartbeat passed since `since`. */
 static void wait_heartbeat(build_state *b, double since) {
-  double until = since + b->r->p->heartbeat_s * 1e3;
+  double until = since + b->r->p.heartbeat_s * 1e3;
   struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
+  clock_gettime(CLOCK_MONOTONIC, &ts); /* the cond waits on this clock (root_build) */
   {
     double left = until - now_ms();
     long long ns = left > 0 ? (long long)(left * 1e6) : 0;
@@ -300,8 +301,14 @@ static kiln_status root_build(run *r, const uint8_t *map, size_t missing) {
   b.map = map;
   b.total = (uint32_t)missing;
   pthread_mutex_init(&b.lock, NULL);
-  pthread_cond_init(&b.cond, NULL);
-  if (r->p->offline) {
+  {
+    pthread_condattr_t ca; /* a wall-clock step must not stall the frames */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&b.cond, &ca);
+    pthread_condattr_destroy(&ca);
+  }
+  if (r->p.offline) {
     b.finished = 1;
     b.status = KILN_ENOTFOUND;
     snprintf(b.message, sizeof b.message,
@@ -316,7 +323,7 @@ static kiln_status root_build(run *r, const uint8_t *map, size_t missing) {
     snprintf(b.message, sizeof b.message, "coordination: could not start the build thread");
   }
   TL(r, "root: building %zu missing (unit, target) pairs; a status frame every %.0f ms", missing,
-     r->p->heartbeat_s * 1e3);
+     r->p.heartbeat_s * 1e3);
   for (uint32_t seq = 0;; seq++) {
     char what[48];
     double sent = now_ms();
@@ -360,11 +367,12 @@ static kiln_status await_root(run *r) {
                  *l->unit ? " " : "", l->target);
       char who[128] = "";
       if (n) snprintf(who, sizeof who, " on %s, pid %lld", l->host, (long long)l->pid);
-      return kiln_fail(KILN_EPEER,
-                       "coordination: the root (rank 0%s) went silent: no status frame within "
-                       "%.1f s (the builder timeout, KILN_BUILD_TIMEOUT); its last progress: %s "
-                       "(%s)",
-                       who, r->p->timeout_s, progress, why);
+      return kiln_fail(
+          KILN_EPEER,
+          "coordination: the root (rank 0%s) went silent: no status frame within "
+          "%.1f s (the builder timeout: --timeout, KILN_BUILD_TIMEOUT); its last progress: %s "
+          "(%s)",
+          who, r->p.timeout_s, progress, why);
     }
     KILN_CHECK(kiln_frame_decode(&r->last, wire));
     if (n == 0 || r->last.done != 0)
@@ -376,7 +384,7 @@ static kiln_status await_root(run *r) {
       goto out;
     }
   }
-  TL(r, "root READY after %u frames (%u built)", r->last.seq + 1, r->last.total);
+  TL(r, "root READY after %u frames (%u missing pairs settled)", r->last.seq + 1, r->last.total);
 out:
   return rc;
 }
@@ -389,7 +397,7 @@ kiln_status kiln_coord_find(kiln_cache *cache, const kiln_unit_info *unit, const
   size_t n = 0;
   kiln_status rc;
   KILN_CHECK(kiln_cache_find_unit(cache, unit, kiln_build_compile_options(), &recs, &n));
-  rc = KILN_ENOTFOUND;
+  rc = kiln_fail(KILN_ENOTFOUND, "no verified record of %s for %s", unit->name, target);
   for (size_t i = 0; i < n; i++) {
     if (strcmp(recs[i].target, target) != 0) continue;
     if (kiln_cache_get(cache, recs[i].key, out, NULL, NULL) == KILN_OK) { /* blob verified */
@@ -411,8 +419,8 @@ static void root_read(run *r, size_t slot, coord_header *h, uint8_t **payload) {
   memset(h, 0, sizeof *h);
   *payload = NULL;
   slot_names(slot, &unit, target);
-  if (kiln_coord_find(r->p->cache, unit, target, &h->rec) != KILN_OK ||
-      kiln_cache_get(r->p->cache, h->rec.key, &h->rec, &blob, &size) != KILN_OK) {
+  if (kiln_coord_find(r->p.cache, unit, target, &h->rec) != KILN_OK ||
+      kiln_cache_get(r->p.cache, h->rec.key, &h->rec, &blob, &size) != KILN_OK) {
     h->status = KILN_ENOTFOUND;
     snprintf(h->message, sizeof h->message,
              "rank 0 cannot read %s %s from its cache after "
@@ -421,7 +429,7 @@ static void root_read(run *r, size_t slot, coord_header *h, uint8_t **payload) {
     goto out;
   }
   if (h->rec.log_digest[0] &&
-      kiln_cache_read_blob(r->p->cache, h->rec.log_digest, &log, &log_size) != KILN_OK)
+      kiln_cache_read_blob(r->p.cache, h->rec.log_digest, &log, &log_size) != KILN_OK)
     log_size = 0; /* the log is a convenience, the artifact is what matters */
   *payload = malloc(size + log_size + 1);
   if (!*payload) {
@@ -438,17 +446,24 @@ out:
 }
 
 /* A receiver's copy: digest checked, then stored (idempotent). */
-static kiln_status store(run *r, const coord_header *h, const uint8_t *payload) {
+static kiln_status store(run *r, size_t slot, const coord_header *h, const uint8_t *payload) {
   kiln_record rec = h->rec;
-  char digest[65];
+  const kiln_unit_info *unit;
+  char digest[65], target[16];
   kiln_status rc;
+  slot_names(slot, &unit, target);
+  if (!unit || strcmp(unit->name, h->rec.unit) != 0 || strcmp(target, h->rec.target) != 0) {
+    rc = kiln_fail(KILN_ECORRUPT, "coordination: the root sent %s %s for slot %s %s", h->rec.unit,
+                   h->rec.target, unit ? unit->name : "?", target);
+    goto out;
+  }
   KILN_CHECK(kiln_sha256_hex(digest, payload, (size_t)h->rec.size));
   if (strcmp(digest, h->rec.digest) != 0) {
     rc = kiln_fail(KILN_ECORRUPT, "coordination: %s %s arrived with digest %.12s, expected %.12s",
                    h->rec.unit, h->rec.target, digest, h->rec.digest);
     goto out;
   }
-  KILN_CHECK(kiln_cache_put(r->p->cache, &rec, payload, (size_t)h->rec.size,
+  KILN_CHECK(kiln_cache_put(r->p.cache, &rec, payload, (size_t)h->rec.size,
                             h->log_size ? (const char *)payload + h->rec.size : NULL,
                             (size_t)h->log_size));
   r->rep->received++;
@@ -457,9 +472,11 @@ out:
 }
 
 /* Sends one slot from the root to every rank; *local_rc keeps a receiver's
- * own failure (the transfer goes on: the others must not hang). */
-static kiln_status transfer(run *r, size_t slot, int want, kiln_status *local_rc, char *err,
-                            size_t cap) {
+ * own failure (the transfer goes on: the others must not hang). A receiver
+ * short of memory takes the chunks into scratch (CHUNK bytes) and fails
+ * at the end with everyone else. */
+static kiln_status transfer(run *r, size_t slot, int want, uint8_t *scratch, kiln_status *local_rc,
+                            char *err, size_t cap) {
   uint8_t wire[COORD_HEADER_BYTES], *payload = NULL;
   coord_header h;
   char what[48];
@@ -477,18 +494,23 @@ static kiln_status transfer(run *r, size_t slot, int want, kiln_status *local_rc
     goto out;
   }
   total = (size_t)(h.rec.size + h.log_size);
-  if (r->c->rank != 0 && !(payload = malloc(total + 1))) {
-    rc = kiln_fail(KILN_ENOMEM, "out of memory for a %zu-byte artifact", total);
-    goto out; /* the others would hang in the next chunk: this is fatal for all anyway */
+  if (r->c->rank != 0 &&
+      (h.rec.size > ((uint64_t)1 << 32) || h.log_size > ((uint64_t)1 << 32) ||
+       !(payload = malloc(total + 1))) &&
+      *local_rc == KILN_OK) {
+    *local_rc = kiln_fail(KILN_ENOMEM, "coordination: no memory for %s %s (%zu bytes)", h.rec.unit,
+                          h.rec.target, total);
+    snprintf(err, cap, "%s", kiln_last_error());
   }
   for (size_t at = 0; at < total; at += CHUNK) {
     size_t n = total - at < CHUNK ? total - at : CHUNK;
     snprintf(what, sizeof what, "artifact bytes of slot %zu", slot);
-    KILN_CHECK(collective(r, 1, payload + at, n, what));
+    KILN_CHECK(collective(r, 1, payload ? payload + at : scratch, n, what));
   }
   if (r->c->rank != 0) {
     r->rep->bytes_received += total;
-    if (want && *local_rc == KILN_OK && (*local_rc = store(r, &h, payload)) != KILN_OK)
+    if (want && payload && *local_rc == KILN_OK &&
+        (*local_rc = store(r, slot, &h, payload)) != KILN_OK)
       snprintf(err, cap, "%s", kiln_last_error());
   }
 out:
@@ -499,20 +521,21 @@ out:
 /* After READY: what is still needed (a shared directory has it all), then
  * the transfers. */
 static kiln_status distribute(run *r, uint8_t *buf, kiln_status *local_rc, char *err, size_t cap) {
-  uint8_t *mine = NULL;
+  uint8_t *mine = malloc(COORD_MAP_BYTES), *scratch = malloc(CHUNK);
   size_t slots = 0, n = 0;
   kiln_status rc;
   memset(buf, 0, HDR + COORD_MAP_BYTES);
-  if ((*local_rc = r->h->local(r->h->user, buf + HDR, &slots)) != KILN_OK) {
+  if (!mine || !scratch)
+    *local_rc = kiln_fail(KILN_ENOMEM, "coordination: out of memory");
+  else
+    *local_rc = r->h->local(r->h->user, buf + HDR, &slots, r->uni);
+  if (*local_rc != KILN_OK) {
     snprintf(err, cap, "%s", kiln_last_error());
     buf[OFF_FAILED] = 1;
     memset(buf + HDR, 0, COORD_MAP_BYTES);
+  } else {
+    memcpy(mine, buf + HDR, COORD_MAP_BYTES);
   }
-  if (!(mine = malloc(COORD_MAP_BYTES))) {
-    rc = kiln_fail(KILN_ENOMEM, "out of memory");
-    goto out;
-  }
-  memcpy(mine, buf + HDR, COORD_MAP_BYTES);
   KILN_CHECK(collective(r, 0, buf, HDR + COORD_MAP_BYTES, "what is still needed"));
   if (buf[OFF_FAILED]) {
     rc = someone_failed(r, *local_rc, err, "checking its cache after the build");
@@ -521,10 +544,11 @@ static kiln_status distribute(run *r, uint8_t *buf, kiln_status *local_rc, char 
   n = count_set(buf + HDR);
   TL(r, "%zu artifact%s to send (%zu needed here)", n, n == 1 ? "" : "s", count_set(mine));
   for (size_t slot = 0; slot < COORD_MAP_BYTES; slot++)
-    if (buf[HDR + slot]) KILN_CHECK(transfer(r, slot, mine[slot], local_rc, err, cap));
+    if (buf[HDR + slot]) KILN_CHECK(transfer(r, slot, mine[slot], scratch, local_rc, err, cap));
   rc = KILN_OK;
 out:
   free(mine);
+  free(scratch);
   return rc;
 }
 
@@ -532,15 +556,15 @@ out:
 
 static kiln_status final_check(run *r, kiln_status local_rc, const char *err_in) {
   uint8_t buf[HDR], fp[COORD_FP_BYTES];
-  char err[1024];
+  char err[4096];
   size_t slots = 0;
   kiln_status rc = local_rc;
   uint8_t *need = calloc(1, COORD_MAP_BYTES);
   snprintf(err, sizeof err, "%s", err_in);
   memset(buf, 0, sizeof buf);
   memset(fp, 0, sizeof fp);
-  if (!need) return kiln_fail(KILN_ENOMEM, "out of memory");
-  if (rc == KILN_OK && (rc = r->h->local(r->h->user, need, &slots)) == KILN_OK &&
+  if (rc == KILN_OK && !need) rc = kiln_fail(KILN_ENOMEM, "coordination: out of memory");
+  if (rc == KILN_OK && (rc = r->h->local(r->h->user, need, &slots, r->uni)) == KILN_OK &&
       count_set(need) != 0)
     rc = kiln_fail(KILN_EINTERNAL,
                    "coordination: rank %d still lacks %zu artifact(s) after the "
@@ -568,16 +592,43 @@ out:
   return rc;
 }
 
-kiln_status kiln_coord_run(const coord_params *p, const coord_hooks *h, kiln_coord_report *rep) {
-  run r = {p, h, p->comm, rep, now_ms(), 0, {0}};
+static kiln_status resolve_timeout(double *timeout_s) {
+  return *timeout_s > 0 ? KILN_OK : kiln_param_build_timeout_s(timeout_s);
+}
+
+/* For a rank that is already failing: a bad KILN_BUILD_TIMEOUT must not keep
+ * it from telling the others. */
+static double timeout_or_default(double timeout_s) {
+  return resolve_timeout(&timeout_s) == KILN_OK ? timeout_s : 1800;
+}
+
+kiln_status kiln_coord_run(const coord_params *p, const coord_hooks *h, kiln_status setup,
+                           kiln_coord_report *rep) {
+  static uint8_t spare[HDR + COORD_MAP_BYTES]; /* see below */
+  static pthread_mutex_t spare_lock = PTHREAD_MUTEX_INITIALIZER;
+  run r;
   uint8_t *buf = calloc(1, HDR + COORD_MAP_BYTES), *uni = NULL;
   kiln_status rc, local_rc = KILN_OK;
-  char err[1024] = "";
+  char err[4096] = "";
+  int spared = 0;
+  memset(&r, 0, sizeof r);
+  r.p = *p;
+  r.h = h;
+  r.c = p->comm;
+  r.rep = rep;
+  r.t0 = now_ms();
+  if (!(r.p.timeout_s > 0)) r.p.timeout_s = timeout_or_default(0); /* a failed setup */
   memset(rep, 0, sizeof *rep);
   rep->rank = p->comm->rank;
   rep->size = p->comm->size;
-  if (!buf) return kiln_fail(KILN_ENOMEM, "out of memory");
-  fill_exchange(&r, buf, &local_rc, err, sizeof err);
+  if (!buf) { /* still join the exchange, as failed, through a shared spare buffer */
+    pthread_mutex_lock(&spare_lock);
+    spared = 1;
+    buf = spare;
+    memset(buf, 0, sizeof spare);
+    if (setup == KILN_OK) setup = kiln_fail(KILN_ENOMEM, "coordination: out of memory");
+  }
+  fill_exchange(&r, setup, buf, &local_rc, err, sizeof err);
   TL(&r, "%zu slot%s, %zu missing here%s", rep->slots, rep->slots == 1 ? "" : "s",
      count_set(buf + HDR), local_rc != KILN_OK ? " (failed locally)" : "");
   KILN_CHECK(collective(&r, 0, buf, HDR + COORD_MAP_BYTES, "union of misses"));
@@ -586,9 +637,7 @@ kiln_status kiln_coord_run(const coord_params *p, const coord_hooks *h, kiln_coo
     goto out;
   }
   if (!fp_agrees(buf + OFF_CFG)) {
-    uint8_t cfg[COORD_FP_BYTES];
-    KILN_CHECK(kiln_coord_config_fp(cfg));
-    rc = disagree(&r, cfg,
+    rc = disagree(&r, r.cfg,
                   "the build configuration (kiln version, KILN_NVRTC_OPTIONS, kernel sources)");
     goto out;
   }
@@ -596,9 +645,7 @@ kiln_status kiln_coord_run(const coord_params *p, const coord_hooks *h, kiln_coo
   TL(&r, "union of misses: %zu (unit, target) pair%s", rep->missing, rep->missing == 1 ? "" : "s");
   if (rep->missing == 0) { /* warm: this one collective was the whole protocol */
     if (!fp_agrees(buf + OFF_FP)) {
-      uint8_t fp[COORD_FP_BYTES];
-      KILN_CHECK(h->fingerprint(h->user, fp));
-      rc = disagree(&r, fp, "the artifacts they hold (their fingerprints differ)");
+      rc = disagree(&r, r.fp, "the artifacts they hold (their fingerprints differ)");
       goto out;
     }
     kiln_fp_hex(buf + OFF_FP, rep->fingerprint);
@@ -610,6 +657,7 @@ kiln_status kiln_coord_run(const coord_params *p, const coord_hooks *h, kiln_coo
     goto out;
   }
   memcpy(uni, buf + HDR, COORD_MAP_BYTES);
+  r.uni = uni;
   KILN_CHECK(p->comm->rank == 0 ? root_build(&r, uni, rep->missing) : await_root(&r));
   KILN_CHECK(distribute(&r, buf, &local_rc, err, sizeof err));
   rc = final_check(&r, local_rc, local_rc != KILN_OK ? err : "");
@@ -623,7 +671,10 @@ out:
     TL(&r, "failed (%s): longest collective wait %.1f ms (%s)", kiln_status_str(rc),
        rep->longest_wait_ms, rep->longest_what);
   free(uni);
-  free(buf);
+  if (spared)
+    pthread_mutex_unlock(&spare_lock);
+  else
+    free(buf);
   return rc;
 }
 
@@ -639,6 +690,11 @@ kiln_status kiln_coord_defaults(coord_params *p) {
   if (p->timeout_s <= 0) KILN_CHECK(kiln_param_build_timeout_s(&p->timeout_s));
   if (p->jobs <= 0) KILN_CHECK(kiln_param_jobs(&p->jobs));
   if (p->offline < 0) KILN_CHECK(kiln_param_offline(&p->offline));
+  if (p->heartbeat_s * 2 > p->timeout_s)
+    rc = kiln_fail(KILN_EINVAL,
+                   "coordination: the heartbeat (%.0f ms) must be at most half the builder "
+                   "timeout (%.1f s), or waiting ranks would give up on a healthy root",
+                   p->heartbeat_s * 1e3, p->timeout_s);
 out:
   return rc;
 }
@@ -661,4 +717,50 @@ void kiln_comm_free(kiln_comm *c) {
   if (!c) return;
   if (c->destroy) c->destroy(c->self);
   free(c);
+}
+
+kiln_status kiln_coord_fail(const kiln_comm *comm, double timeout_s) {
+  kiln_coord_report rep;
+  coord_params p;
+  run r;
+  uint8_t *buf = NULL;
+  kiln_status rc;
+  KILN_CHECK(kiln_comm_check(comm));
+  memset(&p, 0, sizeof p);
+  memset(&rep, 0, sizeof rep);
+  p.comm = comm;
+  p.timeout_s = timeout_or_default(timeout_s);
+  memset(&r, 0, sizeof r);
+  r.p = p;
+  r.c = comm;
+  r.rep = &rep;
+  r.t0 = now_ms();
+  if (!(buf = calloc(1, HDR + COORD_MAP_BYTES))) {
+    rc = kiln_fail(KILN_ENOMEM, "out of memory");
+    goto out;
+  }
+  buf[OFF_FAILED] = 1;
+  rc = collective(&r, 0, buf, HDR + COORD_MAP_BYTES, "union of misses");
+out:
+  free(buf);
+  return rc;
+}
+
+kiln_status kiln_coord_any(const kiln_comm *comm, int *flag, double timeout_s) {
+  uint8_t v;
+  kiln_status rc;
+  if (!flag) return kiln_fail(KILN_EINVAL, "kiln_coord_any: flag is NULL");
+  KILN_CHECK(kiln_comm_check(comm));
+  KILN_CHECK(resolve_timeout(&timeout_s));
+  v = *flag != 0;
+  if ((rc = comm->max_reduce(comm->self, &v, 1, timeout_s)) != KILN_OK) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", kiln_last_error());
+    if (comm->abort) comm->abort(comm->self, why);
+    rc = kiln_fail(KILN_EPEER, "coordination: a one-byte max-reduce did not complete: %s", why);
+    goto out;
+  }
+  *flag = v;
+out:
+  return rc;
 }

@@ -58,8 +58,10 @@ static kiln_status mark(fill *f, size_t slot, const kiln_unit_info *u, const cha
   return KILN_OK;
 }
 
-static kiln_status fill_local(void *user, uint8_t need[COORD_MAP_BYTES], size_t *n_slots) {
+static kiln_status fill_local(void *user, uint8_t need[COORD_MAP_BYTES], size_t *n_slots,
+                              const uint8_t *built) {
   need_arg a = {need, 0};
+  (void)built; /* a cache either holds a target or not: no stand-ins */
   kiln_status rc = each_slot(user, mark, &a);
   *n_slots = a.slots;
   return rc;
@@ -89,30 +91,53 @@ out:
   return rc;
 }
 
-kiln_status kiln_coord_fill(kiln_cache *cache, const kiln_coord_options *o, const kiln_comm *comm,
-                            kiln_coord_report *report) {
-  kiln_coord_report dummy;
-  coord_params p;
-  fill f = {cache, o};
-  coord_hooks h = {&f, fill_local, fill_fp};
-  kiln_status rc;
-  if (!report) report = &dummy;
-  memset(report, 0, sizeof *report);
+static int by_code(const void *a, const void *b) {
+  return kiln_coord_target_code(a) - kiln_coord_target_code(b);
+}
+
+/* Options checked, defaults read, targets in slot order (so the fingerprint
+ * does not depend on the order a caller lists them in). */
+static kiln_status setup(const kiln_coord_options *o, kiln_cache *cache, coord_params *p,
+                         kiln_coord_options *sorted, kiln_target **targets) {
+  kiln_status rc = KILN_OK;
   if (!cache || !o || !o->targets || !o->n_targets)
     return kiln_fail(KILN_EINVAL, "kiln_coord_fill: no cache, options or targets");
   if (o->version != KILN_COORD_OPTIONS_VERSION)
     return kiln_fail(KILN_EINVAL, "kiln_coord_options: unknown version %d", o->version);
-  KILN_CHECK(kiln_comm_check(comm));
+  p->kernels = o->kernels;
+  p->heartbeat_s = o->heartbeat_s;
+  p->timeout_s = o->timeout_s;
+  p->jobs = o->jobs;
+  p->offline = o->offline;
+  KILN_CHECK(kiln_coord_defaults(p));
+  if (!(*targets = malloc(o->n_targets * sizeof **targets)))
+    return kiln_fail(KILN_ENOMEM, "out of memory");
+  memcpy(*targets, o->targets, o->n_targets * sizeof **targets);
+  qsort(*targets, o->n_targets, sizeof **targets, by_code);
+  *sorted = *o;
+  sorted->targets = *targets;
+out:
+  return rc;
+}
+
+kiln_status kiln_coord_fill(kiln_cache *cache, const kiln_coord_options *o, const kiln_comm *comm,
+                            kiln_coord_report *report) {
+  kiln_coord_report dummy;
+  kiln_coord_options sorted;
+  kiln_target *targets = NULL;
+  coord_params p;
+  fill f = {cache, &sorted};
+  coord_hooks h = {&f, fill_local, fill_fp};
+  kiln_status rc, st;
+  if (!report) report = &dummy;
+  memset(report, 0, sizeof *report);
+  KILN_CHECK(kiln_comm_check(comm)); /* without a working comm there is no one to tell */
   memset(&p, 0, sizeof p);
   p.cache = cache;
   p.comm = comm;
-  p.kernels = o->kernels;
-  p.heartbeat_s = o->heartbeat_s;
-  p.timeout_s = o->timeout_s;
-  p.jobs = o->jobs;
-  p.offline = o->offline;
-  KILN_CHECK(kiln_coord_defaults(&p));
-  rc = kiln_coord_run(&p, &h, report);
+  st = setup(o, cache, &p, &sorted, &targets);
+  rc = kiln_coord_run(&p, &h, st, report);
 out:
+  free(targets);
   return rc;
 }

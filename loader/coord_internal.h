@@ -84,9 +84,12 @@ kiln_status kiln_header_decode(coord_header *h, const uint8_t in[COORD_HEADER_BY
 typedef struct coord_hooks {
   void *user;
   /* Marks need[slot] = 1 for every slot this rank lacks (loading what it
-   * has, in the loader's case). Called at the start, after the root is ready
-   * and after the transfers. */
-  kiln_status (*local)(void *user, uint8_t need[COORD_MAP_BYTES], size_t *n_slots);
+   * has, in the loader's case). Called at the start (built NULL), after the
+   * root is ready and after the transfers (built: the union the root built,
+   * so a rank holding only a stand-in for one of those slots, e.g. PTX, can
+   * ask for the exact artifact the others will load). */
+  kiln_status (*local)(void *user, uint8_t need[COORD_MAP_BYTES], size_t *n_slots,
+                       const uint8_t *built);
   /* The fingerprint of the artifacts this rank holds for its slots. */
   kiln_status (*fingerprint)(void *user, uint8_t out[COORD_FP_BYTES]);
 } coord_hooks;
@@ -99,8 +102,11 @@ typedef struct coord_params {
   int jobs, offline;
 } coord_params;
 
-/* Runs the protocol; the same status on every rank (see comm.h). */
-kiln_status kiln_coord_run(const coord_params *p, const coord_hooks *h, kiln_coord_report *rep);
+/* Runs the protocol; the same status on every rank (see comm.h). setup is
+ * the caller's own preparation: when it failed, this rank joins the first
+ * exchange as failed (the others stop at once) and returns it. */
+kiln_status kiln_coord_run(const coord_params *p, const coord_hooks *h, kiln_status setup,
+                           kiln_coord_report *rep);
 
 /* Fills heartbeat, timeout, jobs and offline from the environment where
  * the caller left them unset (<= 0, or offline < 0). */

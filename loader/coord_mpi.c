@@ -2,6 +2,7 @@
  * deadline, so a dead or silent peer is an error, never a hang. Uses the
  * public API only (it links libkiln). */
 #include <mpi.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,8 +13,32 @@
 typedef struct mpi_self {
   MPI_Comm comm;
   int aborted;
-  int finalize; /* we initialized MPI */
+  int finalize;    /* we initialized MPI */
+  uint8_t *bounce; /* what MPI reads and writes: kiln's buffers may be gone after a timeout */
+  size_t cap;
 } mpi_self;
+
+/* A collective that timed out is still pending on its bounce buffer (MPI
+ * cannot cancel it) and may complete into it at any later MPI call: the
+ * buffer is kept, reachable, until exit. */
+static void *abandoned[64];
+static int n_abandoned;
+
+static void abandon(mpi_self *m) {
+  if (n_abandoned < (int)(sizeof abandoned / sizeof *abandoned))
+    abandoned[n_abandoned++] = m->bounce;
+  m->bounce = NULL;
+  m->cap = 0;
+}
+
+static kiln_status reserve(mpi_self *m, size_t bytes) {
+  uint8_t *b;
+  if (bytes <= m->cap) return KILN_OK;
+  if (!(b = realloc(m->bounce, bytes))) return kiln_comm_error(KILN_ENOMEM, "MPI: out of memory");
+  m->bounce = b;
+  m->cap = bytes;
+  return KILN_OK;
+}
 
 static double now_s(void) {
   struct timespec ts;
@@ -49,28 +74,45 @@ static kiln_status wait_req(mpi_self *m, MPI_Request *req, double timeout_s, con
   (void)m;
 }
 
+static kiln_status finish(mpi_self *m, MPI_Request *req, void *buf, size_t bytes, double timeout_s,
+                          const char *what) {
+  kiln_status st = wait_req(m, req, timeout_s, what, bytes);
+  if (st == KILN_ETIMEDOUT)
+    abandon(m);
+  else if (st == KILN_OK)
+    memcpy(buf, m->bounce, bytes);
+  return st;
+}
+
 static kiln_status mpi_broadcast(void *self, void *buf, size_t bytes, int root, double timeout_s) {
   mpi_self *m = self;
   MPI_Request req;
+  kiln_status st;
   int e;
   if (m->aborted) return kiln_comm_error(KILN_EPEER, "MPI communicator was aborted");
   if (bytes > (size_t)1 << 30)
     return kiln_comm_error(KILN_EINVAL, "MPI broadcast: %zu bytes", bytes);
-  e = MPI_Ibcast(buf, (int)bytes, MPI_UNSIGNED_CHAR, root, m->comm, &req);
+  if ((st = reserve(m, bytes ? bytes : 1)) != KILN_OK) return st;
+  memcpy(m->bounce, buf, bytes);
+  e = MPI_Ibcast(m->bounce, (int)bytes, MPI_UNSIGNED_CHAR, root, m->comm, &req);
   if (e != MPI_SUCCESS) return mpi_error(e, "Ibcast");
-  return wait_req(m, &req, timeout_s, "broadcast", bytes);
+  return finish(m, &req, buf, bytes, timeout_s, "broadcast");
 }
 
 static kiln_status mpi_max_reduce(void *self, void *buf, size_t bytes, double timeout_s) {
   mpi_self *m = self;
   MPI_Request req;
+  kiln_status st;
   int e;
   if (m->aborted) return kiln_comm_error(KILN_EPEER, "MPI communicator was aborted");
   if (bytes > (size_t)1 << 30)
     return kiln_comm_error(KILN_EINVAL, "MPI max-reduce: %zu bytes", bytes);
-  e = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)bytes, MPI_UNSIGNED_CHAR, MPI_MAX, m->comm, &req);
+  if ((st = reserve(m, bytes ? bytes : 1)) != KILN_OK) return st;
+  memcpy(m->bounce, buf, bytes);
+  e = MPI_Iallreduce(MPI_IN_PLACE, m->bounce, (int)bytes, MPI_UNSIGNED_CHAR, MPI_MAX, m->comm,
+                     &req);
   if (e != MPI_SUCCESS) return mpi_error(e, "Iallreduce");
-  return wait_req(m, &req, timeout_s, "max-reduce", bytes);
+  return finish(m, &req, buf, bytes, timeout_s, "max-reduce");
 }
 
 /* No MPI_Abort: a library does not end the job. The caller returns its
@@ -88,6 +130,7 @@ static void mpi_destroy(void *self) {
     MPI_Comm_free(&m->comm);
     if (m->finalize) MPI_Finalize();
   }
+  free(m->bounce); /* NULL once abandoned */
   free(m);
 }
 

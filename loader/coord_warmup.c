@@ -2,6 +2,7 @@
  * (unit, sm_XY) pairs; "have" means a cache layer held something the device
  * loaded (exact, compatible or PTX), and the fingerprint covers the code
  * actually loaded. */
+#include <stdio.h>
 #include <string.h>
 
 #include "common/error.h"
@@ -14,7 +15,21 @@ typedef struct warm {
   size_t n;
 } warm;
 
-static kiln_status warm_local(void *user, uint8_t need[COORD_MAP_BYTES], size_t *n_slots) {
+/* A unit loaded from a stand-in (a compatible CUBIN or PTX) whose exact
+ * CUBIN the root built for others: unload it so the resolution below picks
+ * the exact one once this rank's cache has it (every rank then runs the same
+ * code). */
+static void prefer_exact(kiln_loader *l, size_t u) {
+  kiln_unit_slot *s = &l->units[u];
+  char target[16];
+  kiln_record rec;
+  if (!s->module || s->load.source == KILN_LOAD_EXACT || s->load.source == KILN_LOAD_BUILT) return;
+  snprintf(target, sizeof target, "sm_%d", l->cc);
+  if (kiln_coord_find(l->cache, s->unit, target, &rec) == KILN_OK) kiln_unload_locked(l, u);
+}
+
+static kiln_status warm_local(void *user, uint8_t need[COORD_MAP_BYTES], size_t *n_slots,
+                              const uint8_t *built) {
   warm *w = user;
   kiln_loader *l = w->l;
   kiln_target t = {l->cc, 0, KILN_TARGET_CUBIN};
@@ -25,10 +40,15 @@ static kiln_status warm_local(void *user, uint8_t need[COORD_MAP_BYTES], size_t 
     return kiln_fail(KILN_EUNSUPPORTED, "coordination: sm_%d is outside the map", l->cc);
   pthread_mutex_lock(&l->lock);
   for (size_t i = 0; i < w->n && rc == KILN_OK; i++) {
-    rc = kiln_resolve_cached_locked(l, w->units[i]);
+    size_t u = w->units[i], slot = u * COORD_MAP_TARGETS + (size_t)code;
+    if (built && built[slot]) prefer_exact(l, u);
+    rc = kiln_resolve_cached_locked(l, u);
     if (rc == KILN_ENOTFOUND) {
-      need[w->units[i] * COORD_MAP_TARGETS + (size_t)code] = 1;
+      need[slot] = 1;
       rc = KILN_OK;
+    } else if (rc == KILN_OK && built && built[slot] &&
+               l->units[u].load.source != KILN_LOAD_EXACT) {
+      need[slot] = 1; /* a stand-in: ask for the exact CUBIN the root built */
     }
   }
   pthread_mutex_unlock(&l->lock);
@@ -68,8 +88,7 @@ kiln_status kiln_warmup_comm(kiln_loader *l, const size_t *units, size_t n, cons
   p.timeout_s = l->timeout_s;
   p.jobs = l->jobs;
   p.offline = l->offline;
-  KILN_CHECK(kiln_coord_defaults(&p));
-  rc = kiln_coord_run(&p, &h, &l->coord);
+  rc = kiln_coord_run(&p, &h, kiln_coord_defaults(&p), &l->coord);
   l->have_coord = 1;
 out:
   return rc;

@@ -9,6 +9,7 @@
 
 #include "common/digest.h"
 #include "common/error.h"
+#include "common/params.h"
 #include "kiln/build.h"
 #include "kiln/kernels.h"
 #include "kiln/version.h"
@@ -82,7 +83,9 @@ kiln_status kiln_fp_end(kiln_fp_builder *b, uint8_t out[COORD_FP_BYTES]) {
 
 kiln_status kiln_coord_config_fp(uint8_t out[COORD_FP_BYTES]) {
   kiln_fp_builder *b = NULL;
+  const char *extra = NULL;
   kiln_status rc;
+  KILN_CHECK(kiln_param_nvrtc_options(&extra)); /* a bad value is this rank's error */
   KILN_CHECK(kiln_fp_begin(&b));
   KILN_CHECK(kiln_fp_add(b, WIRE_VERSION, kiln_version(), kiln_build_compile_options()));
   for (size_t u = 0; u < kiln_unit_count(); u++) {

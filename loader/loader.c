@@ -190,6 +190,12 @@ kiln_status kiln_loader_warmup(kiln_loader *l, const kiln_comm *comm) {
     char names[1024];
     rc = kiln_fail(KILN_ENOTFOUND, "kiln_loader_warmup: kernels '%s' matches no unit; units are: %s",
                    l->kernels, kiln_unit_names(names, sizeof names));
+    if (comm) { /* the other ranks must hear of it now, not at their timeout */
+      char why[1200];
+      snprintf(why, sizeof why, "%s", kiln_last_error());
+      kiln_coord_fail(comm, l->timeout_s);
+      rc = kiln_fail(rc, "%s", why);
+    }
   } else {
     rc = comm ? kiln_warmup_comm(l, all, n, comm) : kiln_resolve_many(l, all, n);
   }

@@ -118,6 +118,19 @@ typedef struct kiln_coord_options {
 KILN_API kiln_status kiln_coord_fill(kiln_cache *cache, const kiln_coord_options *opts,
                                      const kiln_comm *comm, kiln_coord_report *report);
 
+/* For a rank that cannot take part (its cache or GPU did not open): joins the
+ * first exchange of kiln_coord_fill / kiln_loader_warmup as failed, so the
+ * other ranks stop at once with KILN_EPEER instead of waiting out the
+ * timeout for it. timeout_s <= 0: KILN_BUILD_TIMEOUT. KILN_OK when the
+ * exchange completed (the caller still returns its own error). */
+KILN_API kiln_status kiln_coord_fail(const kiln_comm *comm, double timeout_s);
+
+/* One small collective outside the protocol: *flag (0 or 1) becomes its
+ * maximum over the ranks, e.g. "some rank has no GPU". timeout_s <= 0:
+ * KILN_BUILD_TIMEOUT. KILN_EPEER (the communicator aborted) when it does
+ * not complete in time. */
+KILN_API kiln_status kiln_coord_any(const kiln_comm *comm, int *flag, double timeout_s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -66,10 +66,26 @@ PER_RANK_CACHE=$T/load ranks 4 "$T/load-warm" "${LOAD[@]}"
 NP=4 all_ok "$T/load-warm" "loader warmup, warm"
 expect_eq "$(rank_json "$T/load-warm" 'd["load"]["collectives"]' | sort -u | tr '\n' ' ')" "1 " "collectives per rank (loader, warm)"
 
+log "rank 0 holds only PTX: after the build every rank runs the exact CUBIN"
+kiln build --arch compute_90 --kernels scaled_softmax --cache "$T/ptx/0" >/dev/null
+PER_RANK_CACHE=$T/ptx ranks 4 "$T/ptx-run" "${LOAD[@]}"
+NP=4 all_ok "$T/ptx-run" "stand-in upgraded"
+expect_eq "$(rank_json "$T/ptx-run" 'd["units"][0]["source"]' | sort | uniq -c | awk '{print $1"x"$2,$3}' | tr '\n' ' ')" \
+  "4xexact CUBIN " "what every rank loaded"
+expect_eq "$(rank_json "$T/ptx-run" 'd["load"]["compiled"]' | sum)" 1 "compiles"
+
 log "ranks with different GPUs would run different code: KILN_EMISMATCH"
 RANK_ENV_1="KILN_FAKE_CUDA_DEVICES=80" PER_RANK_CACHE=$T/load ranks 4 "$T/hetero" "${LOAD[@]}"
 expect_eq "$(rank_json "$T/hetero" 'd["status"]' | sort -u | tr '\n' ' ')" "KILN_EMISMATCH " "status on every rank"
 grep -q "rank 1 differs" "$T/hetero/0.err" || fail "the mismatch does not name rank 1: $(cat "$T/hetero/0.err")"
+log "a rank without a GPU stops every rank at once (no waiting out the timeout)"
+start=$SECONDS
+RANK_ENV_2="KILN_CUDA_LIBRARY=$T/no-libcuda.so" PER_RANK_CACHE=$T/load ranks 4 "$T/nogpu" "${LOAD[@]}"
+((SECONDS - start < 60)) || fail "the job took $((SECONDS - start)) s"
+expect_eq "$(rank_json "$T/nogpu" 'd["status"]' | tr '\n' ' ')" "KILN_EPEER KILN_EPEER KILN_EDRIVER KILN_EPEER " \
+  "statuses (rank 2 has no driver)"
+grep -q "another rank failed before the exchange" "$T/nogpu/0.err" || fail "rank 0: $(cat "$T/nogpu/0.err")"
+grep -q "no usable GPU on this rank" "$T/nogpu/2.err" || fail "rank 2: $(cat "$T/nogpu/2.err")"
 unset KILN_CUDA_LIBRARY
 
 log "--comm single and the plugin's absence"
@@ -83,3 +99,6 @@ expect_stderr_contains "expected single or mpi"
 expect_exit 2 kiln warmup --comm single --arch 90 --heartbeat 5
 expect_stderr_contains "--heartbeat '5'"
 expect_exit 2 kiln warmup --comm single --verify
+expect_exit 2 kiln warmup --comm single --arch sm_9x
+expect_exit 1 kiln warmup --arch 90 --heartbeat 3000 --timeout 2 --cache "$T/single"
+expect_stderr_contains "at most half the builder timeout"

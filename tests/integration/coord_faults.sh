@@ -24,6 +24,13 @@ s=$(spread "$T/err")
 python3 -c "import sys; sys.exit(0 if $s <= 2.0 else 1)" || fail "ranks failed ${s}s apart (limit 2 s)"
 log "  every rank failed within ${s} s of each other"
 
+log "a rank whose own settings are bad stops the others at once"
+start=$SECONDS
+RANK_ENV_2="KILN_HEARTBEAT_MS=5" PER_RANK_CACHE=$T/bad ranks 4 "$T/bad" "${ARGS[@]}"
+((SECONDS - start < 60)) || fail "the job took $((SECONDS - start)) s"
+expect_eq "$(rank_json "$T/bad" 'd["status"]' | tr '\n' ' ')" "KILN_EPEER KILN_EPEER KILN_EINVAL KILN_EPEER " "statuses"
+grep -q "KILN_HEARTBEAT_MS" "$T/bad/2.err" || fail "rank 2 does not name the variable: $(cat "$T/bad/2.err")"
+
 log "one rank with different build options: KILN_EMISMATCH before any build"
 RANK_ENV_3="KILN_NVRTC_OPTIONS=-lineinfo" PER_RANK_CACHE=$T/mm ranks $NP "$T/mm" "${ARGS[@]}"
 expect_eq "$(statuses "$T/mm")" "${NP}xKILN_EMISMATCH " "statuses"
