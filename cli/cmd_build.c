@@ -71,6 +71,7 @@ static json_t *summary_json(const kiln_build_summary *s, kiln_cache *cache) {
   json_object_set_new(o, "taken_over", json_integer((json_int_t)s->taken_over));
   json_object_set_new(o, "bytes", json_integer((json_int_t)s->bytes));
   json_object_set_new(o, "wall_ms", json_real(s->wall_ms));
+  json_object_set_new(o, "compile_cpu_s", json_real(s->compile_cpu_s));
   for (size_t i = 0; i < s->n_items; i++) {
     const kiln_build_item *it = &s->items[i];
     json_t *j;
@@ -104,9 +105,10 @@ static void print_summary(const kiln_build_summary *s, kiln_cache *cache) {
   char size[32];
   char shared[64] = "";
   if (s->shared) snprintf(shared, sizeof shared, ", %zu built by another process", s->shared);
-  printf("kiln build: %zu targets, %zu cache hits, %zu built%s, %zu failed, %s, %.1f s\n",
+  printf("kiln build: %zu targets, %zu cache hits, %zu built%s, %zu failed, %s, %.1f s "
+         "(%.1f CPU s compiling)\n",
          s->targets, s->hits, s->built, shared, s->failed, cli_human_size(size, s->bytes),
-         s->wall_ms / 1000.0);
+         s->wall_ms / 1000.0, s->compile_cpu_s);
   printf("cache: %s\n", kiln_cache_dir(cache));
 }
 
