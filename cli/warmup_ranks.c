@@ -135,10 +135,21 @@ out:
   return st;
 }
 
+/* Rank 0 shows the build on stderr, a line per settled (unit, target). */
+static void show_progress(unsigned done, unsigned total, const char *unit, const char *target,
+                          double elapsed_s, void *user) {
+  unsigned *shown = user;
+  if (done == *shown || !*unit) return;
+  *shown = done;
+  fprintf(stderr, "kiln warmup: rank 0 built %u/%u: %s %s (%.1f s)\n", done, total, unit, target,
+          elapsed_s);
+}
+
 static kiln_status fill_here(const warmup_ranks_opts *o, const kiln_comm *c, json_t *out,
                              kiln_coord_report *rep, char *err, size_t cap) {
   kiln_coord_options co = KILN_COORD_OPTIONS_INIT;
   kiln_cache *cache = NULL;
+  unsigned shown = 0;
   kiln_target *t = NULL;
   size_t nt = 0;
   kiln_status st;
@@ -152,6 +163,10 @@ static kiln_status fill_here(const warmup_ranks_opts *o, const kiln_comm *c, jso
   co.kernels = o->kernels;
   co.timeout_s = o->timeout_s;
   co.offline = o->offline ? 1 : -1;
+  if (c->rank == 0 && !o->json) {
+    co.progress = show_progress;
+    co.user = &shown;
+  }
   st = kiln_coord_fill(cache, &co, c, rep);
 out:
   if (st != KILN_OK && !*err) snprintf(err, cap, "%s", kiln_last_error()); /* before lookups */

@@ -2,6 +2,7 @@
 #include "common/pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -14,7 +15,17 @@ typedef struct pool {
   void *user;
 } pool;
 
+/* The CPUs this process may run on: under mpirun or Slurm a rank is often
+ * bound to one core, and more compile threads than that only time-slice. */
 int kiln_cpu_count(void) {
+  cpu_set_t set;
+  long c;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  c = sysconf(_SC_NPROCESSORS_ONLN);
+  return c < 1 ? 1 : (int)c;
+}
+
+int kiln_cpu_online(void) {
   long c = sysconf(_SC_NPROCESSORS_ONLN);
   return c < 1 ? 1 : (int)c;
 }
@@ -39,7 +50,8 @@ kiln_status kiln_pool_run(size_t n, int threads, kiln_task_fn fn, void *user) {
   if (threads <= 0) threads = kiln_cpu_count();
   want = (size_t)threads < n ? (size_t)threads : n;
   if (want <= 1) {
-    for (size_t i = 0; i < n; i++) fn(i, user);
+    for (size_t i = 0; i < n; i++)
+      fn(i, user);
     return KILN_OK;
   }
   tids = calloc(want, sizeof *tids);
@@ -48,7 +60,8 @@ kiln_status kiln_pool_run(size_t n, int threads, kiln_task_fn fn, void *user) {
   for (; started < want; started++)
     if (pthread_create(&tids[started], NULL, worker, &p) != 0) break;
   if (started == 0) worker(&p); /* could not start any thread: run inline */
-  for (size_t i = 0; i < started; i++) pthread_join(tids[i], NULL);
+  for (size_t i = 0; i < started; i++)
+    pthread_join(tids[i], NULL);
   pthread_mutex_destroy(&p.lock);
   free(tids);
   return KILN_OK;

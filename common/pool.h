@@ -8,10 +8,12 @@
 
 typedef void (*kiln_task_fn)(size_t index, void *user);
 
-/* Runs fn(i, user) for i in [0, n) on up to threads threads (<= 0: online
- * cores) and returns when all are done. Tasks are taken in index order. */
+/* Runs fn(i, user) for i in [0, n) on up to threads threads (<= 0: the
+ * CPUs this process may run on) and returns when all are done. Tasks are taken in index order. */
 kiln_status kiln_pool_run(size_t n, int threads, kiln_task_fn fn, void *user);
-/* Number of online cores (at least 1). */
+/* Number of CPUs this process may run on (its affinity mask; at least 1). */
 int kiln_cpu_count(void);
+/* Number of online CPUs of the machine (at least 1). */
+int kiln_cpu_online(void);
 
 #endif

@@ -12,6 +12,7 @@
  *   4. one max-reduce of the artifact fingerprint: min != max is KILN_EMISMATCH.
  * Every rank returns the same status. */
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/params.h"
+#include "common/pool.h"
 #include "kiln/build.h"
 #include "kiln/kernels.h"
 #include "loader/coord_internal.h"
@@ -289,6 +291,10 @@ static void frame_from(build_state *b, coord_frame *f, uint32_t seq) {
   snprintf(f->message, sizeof f->message, "%s", b->message);
 }
 
+static void tell_progress(run *r, const coord_frame *f) {
+  if (r->p.progress) r->p.progress(f->done, f->total, f->unit, f->target, f->elapsed_s, r->p.user);
+}
+
 static kiln_status root_build(run *r, const uint8_t *map, size_t missing) {
   build_state b;
   pthread_t tid;
@@ -324,6 +330,13 @@ static kiln_status root_build(run *r, const uint8_t *map, size_t missing) {
   }
   TL(r, "root: building %zu missing (unit, target) pairs; a status frame every %.0f ms", missing,
      r->p.heartbeat_s * 1e3);
+  if (kiln_cpu_count() < kiln_cpu_online() && kiln_cpu_count() < 4 && r->p.jobs <= 0)
+    kiln_log(KILN_LOG_INFO,
+             "coordination: rank 0 may run on %d of this node's %d CPUs (bound by the launcher), "
+             "so it compiles on %d thread%s; `mpirun --bind-to none` (or KILN_JOBS with a wider "
+             "binding) lets the one build use the node",
+             kiln_cpu_count(), kiln_cpu_online(), kiln_cpu_count(),
+             kiln_cpu_count() == 1 ? "" : "s");
   for (uint32_t seq = 0;; seq++) {
     char what[48];
     double sent = now_ms();
@@ -333,6 +346,7 @@ static kiln_status root_build(run *r, const uint8_t *map, size_t missing) {
     kiln_frame_encode(&f, wire);
     snprintf(what, sizeof what, "status frame %u", seq);
     if ((rc = collective(r, 1, wire, sizeof wire, what)) != KILN_OK) break;
+    tell_progress(r, &f);
     if (f.state != COORD_BUILDING) break;
     pthread_mutex_lock(&b.lock);
     wait_heartbeat(&b, sent);
@@ -375,6 +389,7 @@ static kiln_status await_root(run *r) {
           who, r->p.timeout_s, progress, why);
     }
     KILN_CHECK(kiln_frame_decode(&r->last, wire));
+    tell_progress(r, &r->last);
     if (n == 0 || r->last.done != 0)
       kiln_log(KILN_LOG_DEBUG, "coord rank %d: frame %u: %u/%u done (last %s %s)", r->c->rank,
                r->last.seq, r->last.done, r->last.total, r->last.unit, r->last.target);

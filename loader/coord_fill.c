@@ -109,6 +109,8 @@ static kiln_status setup(const kiln_coord_options *o, kiln_cache *cache, coord_p
   p->timeout_s = o->timeout_s;
   p->jobs = o->jobs;
   p->offline = o->offline;
+  p->progress = o->progress;
+  p->user = o->user;
   KILN_CHECK(kiln_coord_defaults(p));
   if (!(*targets = malloc(o->n_targets * sizeof **targets)))
     return kiln_fail(KILN_ENOMEM, "out of memory");

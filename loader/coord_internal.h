@@ -100,6 +100,8 @@ typedef struct coord_params {
   const char *kernels; /* for the log only */
   double heartbeat_s, timeout_s;
   int jobs, offline;
+  kiln_coord_progress_fn progress; /* or NULL */
+  void *user;
 } coord_params;
 
 /* Runs the protocol; the same status on every rank (see comm.h). setup is

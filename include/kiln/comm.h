@@ -92,6 +92,13 @@ typedef struct kiln_coord_report {
   char fingerprint[65]; /* of the artifact set this rank holds for its slots */
 } kiln_coord_report;
 
+/* Called on the calling thread of every rank after each status frame
+ * (about once a heartbeat while the root builds): done of total (unit,
+ * target) pairs settled, the last one settled ("" before the first), seconds
+ * since the root started. */
+typedef void (*kiln_coord_progress_fn)(unsigned done, unsigned total, const char *unit,
+                                       const char *target, double elapsed_s, void *user);
+
 typedef struct kiln_coord_options {
   int version;                /* KILN_COORD_OPTIONS_VERSION */
   const kiln_target *targets; /* required: what to fill */
@@ -100,13 +107,15 @@ typedef struct kiln_coord_options {
   double heartbeat_s;  /* status frame period; <= 0: KILN_HEARTBEAT_MS (500 ms) */
   double timeout_s;    /* a silent root (or a peer not joining) fails the job
                           after this; <= 0: KILN_BUILD_TIMEOUT (1800 s) */
-  int jobs;            /* the root's compile threads; <= 0: KILN_JOBS or cores */
-  int offline;         /* 1: the root may not compile (KILN_OFFLINE); -1: from env */
+  int jobs;    /* the root's compile threads; <= 0: KILN_JOBS, else the CPUs it may run on */
+  int offline; /* 1: the root may not compile (KILN_OFFLINE); -1: from env */
+  kiln_coord_progress_fn progress; /* or NULL */
+  void *user;                      /* passed to progress */
 } kiln_coord_options;
 
 #define KILN_COORD_OPTIONS_VERSION 1
 #define KILN_COORD_OPTIONS_INIT                                                                    \
-  { KILN_COORD_OPTIONS_VERSION, NULL, 0, NULL, 0, 0, 0, -1 }
+  { KILN_COORD_OPTIONS_VERSION, NULL, 0, NULL, 0, 0, 0, -1, NULL, NULL }
 
 /* Fills cache with every selected unit for every target over comm, with no
  * GPU (e.g. `kiln warmup --comm mpi --arch 90` on every node of an
