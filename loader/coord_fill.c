@@ -83,10 +83,7 @@ static kiln_status fill_fp(void *user, uint8_t out[COORD_FP_BYTES]) {
   kiln_status rc;
   KILN_CHECK(kiln_fp_begin(&b));
   rc = each_slot(user, add_fp, b);
-  if (rc == KILN_OK)
-    rc = kiln_fp_end(b, out);
-  else
-    kiln_fp_end(b, out);
+  rc = kiln_fp_end(b, rc, out);
 out:
   return rc;
 }

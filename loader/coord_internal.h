@@ -34,8 +34,9 @@ typedef struct kiln_fp_builder kiln_fp_builder;
 kiln_status kiln_fp_begin(kiln_fp_builder **out);
 kiln_status kiln_fp_add(kiln_fp_builder *b, const char *unit, const char *target,
                         const char *digest);
-/* Writes the 32 bytes and frees b (also on failure). */
-kiln_status kiln_fp_end(kiln_fp_builder *b, uint8_t out[COORD_FP_BYTES]);
+/* Writes the 32 bytes and frees b (also on failure). With rc != KILN_OK
+ * (building it failed) it only frees b and returns rc. */
+kiln_status kiln_fp_end(kiln_fp_builder *b, kiln_status rc, uint8_t out[COORD_FP_BYTES]);
 
 /* 64 hex digits of a fingerprint. */
 void kiln_fp_hex(const uint8_t fp[COORD_FP_BYTES], char out[65]);

@@ -84,16 +84,23 @@ static kiln_status finish(mpi_self *m, MPI_Request *req, void *buf, size_t bytes
   return st;
 }
 
+/* Checks a call and stages buf into the bounce buffer. */
+static kiln_status begin(mpi_self *m, const void *buf, size_t bytes, const char *what) {
+  kiln_status st;
+  if (m->aborted) return kiln_comm_error(KILN_EPEER, "MPI communicator was aborted");
+  if (bytes > (size_t)1 << 30)
+    return kiln_comm_error(KILN_EINVAL, "MPI %s: %zu bytes", what, bytes);
+  if ((st = reserve(m, bytes ? bytes : 1)) != KILN_OK) return st;
+  memcpy(m->bounce, buf, bytes);
+  return KILN_OK;
+}
+
 static kiln_status mpi_broadcast(void *self, void *buf, size_t bytes, int root, double timeout_s) {
   mpi_self *m = self;
   MPI_Request req;
   kiln_status st;
   int e;
-  if (m->aborted) return kiln_comm_error(KILN_EPEER, "MPI communicator was aborted");
-  if (bytes > (size_t)1 << 30)
-    return kiln_comm_error(KILN_EINVAL, "MPI broadcast: %zu bytes", bytes);
-  if ((st = reserve(m, bytes ? bytes : 1)) != KILN_OK) return st;
-  memcpy(m->bounce, buf, bytes);
+  if ((st = begin(m, buf, bytes, "broadcast")) != KILN_OK) return st;
   e = MPI_Ibcast(m->bounce, (int)bytes, MPI_UNSIGNED_CHAR, root, m->comm, &req);
   if (e != MPI_SUCCESS) return mpi_error(e, "Ibcast");
   return finish(m, &req, buf, bytes, timeout_s, "broadcast");
@@ -104,11 +111,7 @@ static kiln_status mpi_max_reduce(void *self, void *buf, size_t bytes, double ti
   MPI_Request req;
   kiln_status st;
   int e;
-  if (m->aborted) return kiln_comm_error(KILN_EPEER, "MPI communicator was aborted");
-  if (bytes > (size_t)1 << 30)
-    return kiln_comm_error(KILN_EINVAL, "MPI max-reduce: %zu bytes", bytes);
-  if ((st = reserve(m, bytes ? bytes : 1)) != KILN_OK) return st;
-  memcpy(m->bounce, buf, bytes);
+  if ((st = begin(m, buf, bytes, "max-reduce")) != KILN_OK) return st;
   e = MPI_Iallreduce(MPI_IN_PLACE, m->bounce, (int)bytes, MPI_UNSIGNED_CHAR, MPI_MAX, m->comm,
                      &req);
   if (e != MPI_SUCCESS) return mpi_error(e, "Iallreduce");

@@ -67,10 +67,7 @@ static kiln_status warm_fp(void *user, uint8_t out[COORD_FP_BYTES]) {
                    : kiln_fail(KILN_EINTERNAL, "coordination: %s is not loaded", s->unit->name);
   }
   pthread_mutex_unlock(&w->l->lock);
-  if (rc == KILN_OK)
-    rc = kiln_fp_end(b, out);
-  else
-    kiln_fp_end(b, out);
+  rc = kiln_fp_end(b, rc, out);
 out:
   return rc;
 }

@@ -72,10 +72,9 @@ void kiln_fp_hex(const uint8_t fp[COORD_FP_BYTES], char out[65]) {
     snprintf(out + 2 * i, 3, "%02x", fp[i]);
 }
 
-kiln_status kiln_fp_end(kiln_fp_builder *b, uint8_t out[COORD_FP_BYTES]) {
+kiln_status kiln_fp_end(kiln_fp_builder *b, kiln_status rc, uint8_t out[COORD_FP_BYTES]) {
   char hex[65];
-  kiln_status rc = kiln_sha256_final_hex(b->h, hex);
-  if (rc == KILN_OK) unhex(hex, out);
+  if (rc == KILN_OK && (rc = kiln_sha256_final_hex(b->h, hex)) == KILN_OK) unhex(hex, out);
   kiln_sha256_free(b->h);
   free(b);
   return rc;
@@ -93,11 +92,8 @@ kiln_status kiln_coord_config_fp(uint8_t out[COORD_FP_BYTES]) {
     KILN_CHECK(kiln_unit_digest(digest, kiln_unit_at(u)));
     KILN_CHECK(kiln_fp_add(b, kiln_unit_at(u)->name, "", digest));
   }
-  rc = kiln_fp_end(b, out);
-  b = NULL;
 out:
-  if (b) kiln_fp_end(b, out);
-  return rc;
+  return b ? kiln_fp_end(b, rc, out) : rc;
 }
 
 /* ---- fixed-offset fields ---- */

@@ -112,7 +112,7 @@ static void test_fingerprints_depend_on_content_and_order(void **state) {
       const char **r = rows[order[k][i]];
       assert_int_equal(kiln_fp_add(fb, r[0], r[1], r[2]), KILN_OK);
     }
-    assert_int_equal(kiln_fp_end(fb, outs[k]), KILN_OK);
+    assert_int_equal(kiln_fp_end(fb, KILN_OK, outs[k]), KILN_OK);
   }
   assert_memory_equal(a, b, COORD_FP_BYTES);
   assert_memory_not_equal(a, c, COORD_FP_BYTES);
@@ -120,7 +120,7 @@ static void test_fingerprints_depend_on_content_and_order(void **state) {
   assert_int_equal(kiln_fp_begin(&fb), KILN_OK);
   assert_int_equal(kiln_fp_add(fb, "u1", "sm_90d", "1"), KILN_OK);
   assert_int_equal(kiln_fp_add(fb, "u2", "sm_90", "d2"), KILN_OK);
-  assert_int_equal(kiln_fp_end(fb, d), KILN_OK);
+  assert_int_equal(kiln_fp_end(fb, KILN_OK, d), KILN_OK);
   assert_memory_not_equal(a, d, COORD_FP_BYTES);
 }
 
