@@ -13,7 +13,9 @@ static const char *usage =
     "  build   compile kernels for GPU targets into the cache\n"
     "  list    show the kernel units, entry points, dtypes and minimum arch\n"
     "  cache   inspect and maintain the cache (ls, stats, verify, gc, rm)\n"
-    "  warmup  resolve and load every kernel on the local GPU(s) [--verify]\n"
+    "  warmup  resolve and load every kernel on the local GPU(s) [--verify];\n"
+    "          with --comm mpi, once for every rank of a job\n"
+    "  check   fail unless the caches cover every kernel for the given archs\n"
     "\n"
     "options:\n"
     "  --version   print kiln, NVRTC and cache schema versions\n"
@@ -21,13 +23,16 @@ static const char *usage =
     "\n"
     "environment: KILN_CACHE_DIR, KILN_CACHE_PATH, KILN_JOBS, KILN_LOG,\n"
     "KILN_FAILURE_TTL, KILN_NVRTC_LIBRARY, KILN_CUDA_LIBRARY, KILN_OFFLINE,\n"
-    "KILN_LEASE_STALE, KILN_BUILD_TIMEOUT (see README.md).\n";
+    "KILN_LEASE_STALE, KILN_BUILD_TIMEOUT, KILN_HEARTBEAT_MS, KILN_NVRTC_OPTIONS,\n"
+    "KILN_NCCL_LIBRARY, KILN_MPI_LIBRARY (see README.md).\n";
 
 static int version(void) {
   int ma, mi;
   printf("kiln %s\n", kiln_version());
-  if (kiln_nvrtc_version(&ma, &mi) == KILN_OK) printf("NVRTC %d.%d\n", ma, mi);
-  else printf("NVRTC not available: %s\n", kiln_last_error());
+  if (kiln_nvrtc_version(&ma, &mi) == KILN_OK)
+    printf("NVRTC %d.%d\n", ma, mi);
+  else
+    printf("NVRTC not available: %s\n", kiln_last_error());
   printf("cache schema %d\n", KILN_CACHE_SCHEMA_VERSION);
   return EXIT_OK;
 }
@@ -44,6 +49,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "list") == 0) return cmd_list(argc - 1, argv + 1);
   if (strcmp(cmd, "cache") == 0) return cmd_cache(argc - 1, argv + 1);
   if (strcmp(cmd, "warmup") == 0) return cmd_warmup(argc - 1, argv + 1);
+  if (strcmp(cmd, "check") == 0) return cmd_check(argc - 1, argv + 1);
   fprintf(stderr, "kiln: unknown command '%s'\n\n%s", cmd, usage);
   return EXIT_USAGE;
 }

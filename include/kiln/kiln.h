@@ -8,6 +8,7 @@
 #include "kiln/comm.h"
 #include "kiln/log.h"
 #include "kiln/ops.h"
+#include "kiln/probe.h"
 #include "kiln/status.h"
 #include "kiln/target.h"
 #include "kiln/version.h"

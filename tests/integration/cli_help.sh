@@ -16,12 +16,16 @@ help_mentions() {
   for f in "${flags[@]}"; do expect_stdout_contains "$f" "$what --help"; done
 }
 for h in --help -h help; do
-  help_mentions "kiln $h" -- "usage: kiln" build list cache --version --help -- "$h"
+  help_mentions "kiln $h" -- "usage: kiln" build list cache warmup check --version --help -- "$h"
 done
 for h in --help -h; do
   help_mentions "kiln build $h" -- "usage: kiln build" --arch --kernels --cache -j --rebuild --json --help \
     90+ptx compute_90 sm_90a all "Exit status" -- build "$h"
   help_mentions "kiln list $h" -- "usage: kiln list" --json --help -- list "$h"
+  help_mentions "kiln check $h" -- "usage: kiln check" --arch --cache --kernels --driver --json --help \
+    "Exit status" -- check "$h"
+  help_mentions "kiln warmup $h" -- "usage: kiln warmup" --comm --arch --heartbeat --timeout --device \
+    --kernels --verify --json "Exit status" -- warmup "$h"
   help_mentions "kiln cache $h" -- "usage: kiln cache" ls stats verify gc rm --max-size --all --cache --json \
     --help KILN_CACHE_PATH -- cache "$h"
 done
@@ -29,7 +33,8 @@ for verb in ls stats verify gc rm; do
   help_mentions "kiln cache $verb --help" -- "usage: kiln cache" --max-size --all -- cache "$verb" --help
 done
 # The environment variables the top-level help documents.
-help_mentions "kiln --help (environment)" -- KILN_CACHE_DIR KILN_CACHE_PATH KILN_JOBS KILN_LOG -- --help
+help_mentions "kiln --help (environment)" -- KILN_CACHE_DIR KILN_CACHE_PATH KILN_JOBS KILN_LOG \
+  KILN_HEARTBEAT_MS KILN_NVRTC_OPTIONS KILN_MPI_LIBRARY -- --help
 
 expect_exit 0 kiln --version
 [[ -s $ERR ]] && fail "--version wrote to stderr: $(head -3 "$ERR")"

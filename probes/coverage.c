@@ -1,0 +1,102 @@
+/* Coverage: which artifact the loader would load for each (unit, target),
+ * by the loader's own selection rules (loader/select.c), blobs verified. */
+#include <fnmatch.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "kiln/build.h"
+#include "kiln/probe.h"
+#include "loader/select.h"
+
+/* Newer than any driver kiln knows: PTX of every ISA is JIT-able. */
+#define ANY_DRIVER 99990
+
+static void take(kiln_coverage_item *it, const kiln_record *rec, kiln_load_source src) {
+  it->source = src;
+  snprintf(it->artifact, sizeof it->artifact, "%s", rec->target);
+  snprintf(it->digest, sizeof it->digest, "%s", rec->digest);
+  it->layer = rec->layer;
+}
+
+/* The first candidate whose blob verifies. */
+static void cover(kiln_cache *cache, kiln_coverage_item *it, const kiln_target *t,
+                  const kiln_record *recs, size_t n, int driver, const char *toolchain,
+                  kiln_candidate *cands) {
+  size_t m;
+  if (t->kind == KILN_TARGET_PTX || t->arch_specific) { /* only itself */
+    for (size_t i = 0; i < n; i++)
+      if (strcmp(recs[i].target, it->target) == 0 &&
+          kiln_cache_get(cache, recs[i].key, NULL, NULL, NULL) == KILN_OK) {
+        take(it, &recs[i], t->kind == KILN_TARGET_PTX ? KILN_LOAD_PTX : KILN_LOAD_EXACT);
+        return;
+      }
+    return;
+  }
+  m = kiln_select(recs, n, t->arch, driver, toolchain, cands, NULL, 0);
+  for (size_t i = 0; i < m; i++)
+    if (kiln_cache_get(cache, cands[i].rec->key, NULL, NULL, NULL) == KILN_OK) {
+      take(it, cands[i].rec, cands[i].source);
+      return;
+    }
+}
+
+kiln_status kiln_coverage_check(kiln_coverage **out, kiln_cache *cache, const kiln_target *targets,
+                                size_t n_targets, const char *glob, int driver_version) {
+  kiln_coverage *c = NULL;
+  kiln_record *recs = NULL;
+  kiln_candidate *cands = NULL;
+  char toolchain[32] = "";
+  size_t n_units = 0;
+  kiln_status rc = KILN_OK;
+  if (!out || !cache || !targets || !n_targets)
+    return kiln_fail(KILN_EINVAL, "kiln_coverage_check: no cache or targets");
+  *out = NULL;
+  for (size_t u = 0; u < kiln_unit_count(); u++)
+    n_units += !glob || fnmatch(glob, kiln_unit_at(u)->name, 0) == 0;
+  if (!n_units) {
+    char names[1024];
+    return kiln_fail(KILN_ENOTFOUND, "--kernels '%s' matches no unit; units are: %s", glob,
+                     kiln_unit_names(names, sizeof names));
+  }
+  if (kiln_toolchain_id(toolchain) != KILN_OK) toolchain[0] = '\0'; /* no NVRTC: fine */
+  if (!(c = calloc(1, sizeof *c)) || !(c->items = calloc(n_units * n_targets, sizeof *c->items))) {
+    rc = kiln_fail(KILN_ENOMEM, "out of memory");
+    goto out;
+  }
+  for (size_t u = 0; u < kiln_unit_count(); u++) {
+    const kiln_unit_info *unit = kiln_unit_at(u);
+    size_t n = 0;
+    if (glob && fnmatch(glob, unit->name, 0) != 0) continue;
+    free(recs);
+    recs = NULL;
+    KILN_CHECK(kiln_cache_find_unit(cache, unit, kiln_build_compile_options(), &recs, &n));
+    free(cands);
+    if (!(cands = calloc(n ? n : 1, sizeof *cands))) {
+      rc = kiln_fail(KILN_ENOMEM, "out of memory");
+      goto out;
+    }
+    for (size_t t = 0; t < n_targets; t++) {
+      kiln_coverage_item *it = &c->items[c->n_items++];
+      it->unit = unit;
+      kiln_target_name(&targets[t], it->target);
+      cover(cache, it, &targets[t], recs, n, driver_version > 0 ? driver_version : ANY_DRIVER,
+            toolchain, cands);
+      c->missing += it->source == KILN_LOAD_NONE;
+    }
+  }
+  *out = c;
+  c = NULL;
+out:
+  free(recs);
+  free(cands);
+  kiln_coverage_free(c);
+  return rc;
+}
+
+void kiln_coverage_free(kiln_coverage *c) {
+  if (!c) return;
+  free(c->items);
+  free(c);
+}
