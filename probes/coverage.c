@@ -1,10 +1,13 @@
 /* Coverage: which artifact the loader would load for each (unit, target),
- * by the loader's own selection rules (loader/select.c), blobs verified. */
+ * by the loader's own selection rules (loader/select.c), blobs verified.
+ * Read-only, as every probe: blobs are hashed in place (no quarantine, no
+ * last-used update, which kiln_cache_get would do). */
 #include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/store.h"
 #include "common/error.h"
 #include "kiln/build.h"
 #include "kiln/probe.h"
@@ -12,6 +15,14 @@
 
 /* Newer than any driver kiln knows: PTX of every ISA is JIT-able. */
 #define ANY_DRIVER 99990
+
+/* The record's blob is there and hashes to its digest. */
+static int blob_ok(kiln_cache *cache, const kiln_record *rec) {
+  const char *dir = rec->layer == 0                         ? cache->primary.dir
+                    : (size_t)rec->layer <= cache->n_layers ? cache->layers[rec->layer - 1].dir
+                                                            : NULL;
+  return dir && kiln_blob_read(dir, rec->digest, rec->size, NULL, NULL) == KILN_OK;
+}
 
 static void take(kiln_coverage_item *it, const kiln_record *rec, kiln_load_source src) {
   it->source = src;
@@ -27,8 +38,7 @@ static void cover(kiln_cache *cache, kiln_coverage_item *it, const kiln_target *
   size_t m;
   if (t->kind == KILN_TARGET_PTX || t->arch_specific) { /* only itself */
     for (size_t i = 0; i < n; i++)
-      if (strcmp(recs[i].target, it->target) == 0 &&
-          kiln_cache_get(cache, recs[i].key, NULL, NULL, NULL) == KILN_OK) {
+      if (strcmp(recs[i].target, it->target) == 0 && blob_ok(cache, &recs[i])) {
         take(it, &recs[i], t->kind == KILN_TARGET_PTX ? KILN_LOAD_PTX : KILN_LOAD_EXACT);
         return;
       }
@@ -36,7 +46,7 @@ static void cover(kiln_cache *cache, kiln_coverage_item *it, const kiln_target *
   }
   m = kiln_select(recs, n, t->arch, driver, toolchain, cands, NULL, 0);
   for (size_t i = 0; i < m; i++)
-    if (kiln_cache_get(cache, cands[i].rec->key, NULL, NULL, NULL) == KILN_OK) {
+    if (blob_ok(cache, cands[i].rec)) {
       take(it, cands[i].rec, cands[i].source);
       return;
     }

@@ -36,7 +36,8 @@ typedef struct kiln_coverage {
 
 /* For every unit matching kernels_glob (NULL: all) and every target: the
  * artifact the loader would pick on a GPU of that arch, by the loader's own
- * rules, with each candidate's blob verified. A CUBIN target (sm_XY) is
+ * rules, with each candidate's blob hashed in place (read-only: nothing is
+ * quarantined or touched). A CUBIN target (sm_XY) is
  * covered by sm_XY, a lower sm_XZ of the same major, or PTX compute_VW <= XY;
  * sm_XYa and compute_XY only by themselves. driver_version (e.g. 12080)
  * limits PTX to what that driver can JIT; 0: any. *out is freed with

@@ -42,6 +42,18 @@ expect_exit 1 kiln check --arch 80 --cache "$C" --kernels 'scaled_*'  # sm_90 ca
 expect_exit 1 kiln check --arch 90 --driver 12.8 "${K[@]}"
 expect_eq "$(json "$OUT" 'len(d["missing"])')" 3 "missing for a 12.8 driver"
 
+log "a corrupt blob does not count, and check changes nothing"
+G=$T/corrupt
+copy_cache "$(fixture full)" "$G"
+d=$(kiln check --arch 90 --cache "$G" --kernels scaled_softmax --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["items"][0]["digest"])')
+chmod u+w "$(blob_path "$G" "$d")"
+printf 'X' | dd of="$(blob_path "$G" "$d")" bs=1 seek=100 conv=notrunc status=none
+before=$(cache_state "$G")
+expect_exit 0 kiln check --arch 90 --cache "$G" --kernels scaled_softmax --json
+expect_eq "$(json "$OUT" '[d["items"][0]["source"], d["items"][0]["artifact"]]')" '["PTX JIT", "compute_90"]' \
+  "with the sm_90 blob corrupt, what would load"
+expect_eq "$(cache_state "$G")" "$before" "the cache after kiln check"
+
 log "several caches: the first primary, the others read-only layers"
 E=$T/empty
 new_cache "$E"
