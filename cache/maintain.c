@@ -79,8 +79,8 @@ static kiln_status query_u64(sqlite3 *db, const char *sql, int64_t arg, uint64_t
 #define BY_LRU "last_used, created"
 
 /* Appends the records of one layer, ordered by `order` (BY_NAME or BY_LRU). */
-static kiln_status list_layer(sqlite3 *db, int layer, const char *order, kiln_record **v,
-                              size_t *n, size_t *cap) {
+static kiln_status list_layer(sqlite3 *db, int layer, const char *order, kiln_record **v, size_t *n,
+                              size_t *cap) {
   char sql[256];
   sqlite3_stmt *st = NULL;
   kiln_status rc = KILN_OK;
@@ -151,6 +151,39 @@ out:
   return rc;
 }
 
+static kiln_status layer_info(sqlite3 *db, const char *dir, int layer, kiln_cache_layer_info *out) {
+  kiln_status rc;
+  memset(out, 0, sizeof *out);
+  out->layer = layer;
+  snprintf(out->path, sizeof out->path, "%s", dir);
+  out->writable = layer == 0 && access(dir, W_OK) == 0;
+  KILN_CHECK(query_u64(db, "SELECT count(*) FROM records", 0, &out->records));
+  KILN_CHECK(query_u64(db, "SELECT coalesce(sum(size), 0) FROM records", 0, &out->bytes));
+out:
+  return rc;
+}
+
+kiln_status kiln_cache_layers(kiln_cache *c, kiln_cache_layer_info **out, size_t *n) {
+  kiln_cache_layer_info *v;
+  kiln_status rc;
+  if (!c || !out || !n) return kiln_fail(KILN_EINVAL, "kiln_cache_layers: NULL argument");
+  *out = NULL;
+  *n = 0;
+  if (!(v = calloc(c->n_layers + 1, sizeof *v))) return kiln_fail(KILN_ENOMEM, "out of memory");
+  pthread_mutex_lock(&c->lock);
+  rc = layer_info(c->primary.db, c->primary.dir, 0, &v[0]);
+  pthread_mutex_unlock(&c->lock);
+  for (size_t i = 0; rc == KILN_OK && i < c->n_layers; i++)
+    rc = layer_info(c->layers[i].db, c->layers[i].dir, (int)i + 1, &v[i + 1]);
+  if (rc != KILN_OK) {
+    free(v);
+    return rc;
+  }
+  *out = v;
+  *n = c->n_layers + 1;
+  return KILN_OK;
+}
+
 /* ---- verify ---- */
 
 typedef struct verify_ctx {
@@ -183,8 +216,9 @@ static void verify_blob(const char *path, const char *digest, const struct stat 
   }
   rc = kiln_blob_read(v->c->primary.dir, digest, UINT64_MAX, NULL, NULL);
   if (rc == KILN_OK) return;
-  add_issue(v, path, rc == KILN_ECORRUPT ? "content does not match its digest (quarantined)"
-                                         : kiln_last_error());
+  add_issue(v, path,
+            rc == KILN_ECORRUPT ? "content does not match its digest (quarantined)"
+                                : kiln_last_error());
   if (rc == KILN_ECORRUPT) kiln_blob_quarantine(v->c, digest, "verify: digest mismatch", 0);
 }
 
@@ -253,7 +287,8 @@ kiln_status kiln_cache_verify(kiln_cache *c, kiln_verify_report *out) {
   int r = sqlite3_prepare_v2(c->primary.db, "PRAGMA quick_check", -1, &st, NULL);
   if (r == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
     const char *res = (const char *)sqlite3_column_text(st, 0);
-    if (!res || strcmp(res, "ok") != 0) add_issue(&v, "index.sqlite", res ? res : "quick_check failed");
+    if (!res || strcmp(res, "ok") != 0)
+      add_issue(&v, "index.sqlite", res ? res : "quick_check failed");
   }
   sqlite3_finalize(st);
   KILN_CHECK(walk_cas(c, verify_blob, &v));
@@ -309,9 +344,8 @@ static void blob_list_free(blob_list *b) {
 static int referenced(sqlite3 *db, const char *digest) {
   sqlite3_stmt *st = NULL;
   int found = 1; /* on error, keep the blob */
-  if (sqlite3_prepare_v2(db,
-                         "SELECT 1 FROM records WHERE digest = ?1 OR log_digest = ?1 LIMIT 1", -1,
-                         &st, NULL) == SQLITE_OK) {
+  if (sqlite3_prepare_v2(db, "SELECT 1 FROM records WHERE digest = ?1 OR log_digest = ?1 LIMIT 1",
+                         -1, &st, NULL) == SQLITE_OK) {
     sqlite3_bind_text(st, 1, digest, -1, SQLITE_STATIC);
     int r = sqlite3_step(st);
     found = (r == SQLITE_ROW) || (r != SQLITE_DONE);
@@ -371,8 +405,10 @@ static int pinned(kiln_cache *c, const char *key) {
   while (!live && sqlite3_step(st) == SQLITE_ROW) {
     const char *h = (const char *)sqlite3_column_text(st, 0);
     pid_t pid = (pid_t)sqlite3_column_int64(st, 1);
-    if (h && strcmp(h, host) == 0) live = kill(pid, 0) == 0 || errno != ESRCH;
-    else live = kiln_now_s() - sqlite3_column_int64(st, 2) < 24 * 3600;
+    if (h && strcmp(h, host) == 0)
+      live = kill(pid, 0) == 0 || errno != ESRCH;
+    else
+      live = kiln_now_s() - sqlite3_column_int64(st, 2) < 24 * 3600;
   }
   sqlite3_finalize(st);
   return live;

@@ -16,6 +16,7 @@ static const char *usage =
     "  warmup  resolve and load every kernel on the local GPU(s) [--verify];\n"
     "          with --comm mpi, once for every rank of a job\n"
     "  check   fail unless the caches cover every kernel for the given archs\n"
+    "  probe   what this machine can run: GPUs, NVRTC, NCCL, caches, per unit\n"
     "\n"
     "options:\n"
     "  --version   print kiln, NVRTC and cache schema versions\n"
@@ -50,6 +51,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "cache") == 0) return cmd_cache(argc - 1, argv + 1);
   if (strcmp(cmd, "warmup") == 0) return cmd_warmup(argc - 1, argv + 1);
   if (strcmp(cmd, "check") == 0) return cmd_check(argc - 1, argv + 1);
+  if (strcmp(cmd, "probe") == 0) return cmd_probe(argc - 1, argv + 1);
   fprintf(stderr, "kiln: unknown command '%s'\n\n%s", cmd, usage);
   return EXIT_USAGE;
 }

@@ -25,6 +25,7 @@
 #include "common/error.h"   /* kiln_fail, KILN_CHECK */
 #include "common/logging.h" /* kiln_log */
 #include "common/params.h"  /* kiln_param_nccl_library */
+#include "kiln/probe.h"     /* kiln_nccl_version */
 #include "loader/driver.h"  /* kiln_cuda: memory, copies, stream queries */
 
 /* ---- NCCL's ABI ---------------------------------------------------------------
@@ -138,6 +139,17 @@ static kiln_status nccl_load(void) {
   pthread_once(&once, load);
   if (load_rc != KILN_OK) return kiln_fail(load_rc, "%s", load_error);
   return KILN_OK;
+}
+
+KILN_API kiln_status kiln_nccl_version(int *out) {
+  kiln_status rc;
+  if (!out) return kiln_fail(KILN_EINVAL, "kiln_nccl_version: out is NULL");
+  *out = 0;
+  KILN_CHECK(nccl_load());
+  if (!api.version) rc = kiln_fail(KILN_ENOTFOUND, "%s has no ncclGetVersion", api.path);
+  *out = api.version;
+out:
+  return rc;
 }
 
 /* ---- the communicator ------------------------------------------------------------ */

@@ -25,14 +25,15 @@ extern "C" {
 typedef struct kiln_cache kiln_cache;
 
 typedef struct kiln_cache_options {
-  int version;               /* KILN_CACHE_OPTIONS_VERSION */
-  const char *dir;           /* primary directory; NULL: from the environment */
-  const char *ro_path;       /* read-only layers, colon-separated; NULL: KILN_CACHE_PATH */
-  int create;                /* create the primary directory (0700) if missing */
+  int version;         /* KILN_CACHE_OPTIONS_VERSION */
+  const char *dir;     /* primary directory; NULL: from the environment */
+  const char *ro_path; /* read-only layers, colon-separated; NULL: KILN_CACHE_PATH */
+  int create;          /* create the primary directory (0700) if missing */
 } kiln_cache_options;
 
 #define KILN_CACHE_OPTIONS_VERSION 1
-#define KILN_CACHE_OPTIONS_INIT {KILN_CACHE_OPTIONS_VERSION, NULL, NULL, 1}
+#define KILN_CACHE_OPTIONS_INIT                                                                    \
+  { KILN_CACHE_OPTIONS_VERSION, NULL, NULL, 1 }
 
 /* One cache record. Strings are NUL-terminated; resources are -1 when unknown
  * (PTX has none). */
@@ -40,21 +41,21 @@ typedef struct kiln_record {
   char key[65];
   char unit[64];
   char target[16];
-  char kind[8];          /* "cubin" or "ptx" */
-  char digest[65];       /* SHA-256 of the blob */
-  uint64_t size;         /* blob bytes */
-  char toolchain[32];    /* "nvrtc-13.0" */
-  char options[256];     /* compile options, space-separated */
-  double build_ms;       /* compile wall time */
-  int registers;         /* max over entry points */
-  int spill_stores;      /* bytes, summed over entry points */
-  int spill_loads;       /* bytes, summed over entry points */
-  int shared_bytes;      /* static shared memory, max over entry points */
-  int stack_bytes;       /* stack frame, max over entry points */
-  char log_digest[65];   /* blob holding the build log ("" if none) */
-  int64_t created;       /* unix seconds */
-  int64_t last_used;     /* unix seconds (primary layer only) */
-  int layer;             /* 0 primary, 1.. read-only layers in order */
+  char kind[8];        /* "cubin" or "ptx" */
+  char digest[65];     /* SHA-256 of the blob */
+  uint64_t size;       /* blob bytes */
+  char toolchain[32];  /* "nvrtc-13.0" */
+  char options[256];   /* compile options, space-separated */
+  double build_ms;     /* compile wall time */
+  int registers;       /* max over entry points */
+  int spill_stores;    /* bytes, summed over entry points */
+  int spill_loads;     /* bytes, summed over entry points */
+  int shared_bytes;    /* static shared memory, max over entry points */
+  int stack_bytes;     /* stack frame, max over entry points */
+  char log_digest[65]; /* blob holding the build log ("" if none) */
+  int64_t created;     /* unix seconds */
+  int64_t last_used;   /* unix seconds (primary layer only) */
+  int layer;           /* 0 primary, 1.. read-only layers in order */
 } kiln_record;
 
 /* Opens (and with create, creates 0700) the primary directory, then the
@@ -110,8 +111,8 @@ KILN_API kiln_status kiln_cache_read_blob(kiln_cache *cache, const char *digest,
 KILN_API kiln_status kiln_cache_list(kiln_cache *cache, kiln_record **out, size_t *n);
 
 typedef struct kiln_cache_stats {
-  uint64_t records;       /* primary layer */
-  uint64_t blobs;         /* files under cas/ */
+  uint64_t records; /* primary layer */
+  uint64_t blobs;   /* files under cas/ */
   uint64_t blob_bytes;
   uint64_t failures;      /* unexpired failure records */
   uint64_t quarantined;   /* files under quarantine/ */
@@ -121,16 +122,28 @@ typedef struct kiln_cache_stats {
 
 KILN_API kiln_status kiln_cache_stats_get(kiln_cache *cache, kiln_cache_stats *out);
 
+/* One layer of an open cache, for probes. */
+typedef struct kiln_cache_layer_info {
+  int layer; /* 0 primary, 1.. read-only layers in search order */
+  char path[4096];
+  int writable; /* the primary layer, and its directory is writable by this process */
+  uint64_t records;
+  uint64_t bytes; /* the records' artifact sizes, summed */
+} kiln_cache_layer_info;
+
+/* Every layer of the cache, primary first; *out freed with free(). */
+KILN_API kiln_status kiln_cache_layers(kiln_cache *cache, kiln_cache_layer_info **out, size_t *n);
+
 typedef struct kiln_verify_issue {
-  char path[512];  /* the blob or record at fault */
-  char what[128];  /* "digest mismatch", "truncated", "missing blob", ... */
+  char path[512]; /* the blob or record at fault */
+  char what[128]; /* "digest mismatch", "truncated", "missing blob", ... */
 } kiln_verify_issue;
 
 typedef struct kiln_verify_report {
-  uint64_t checked;           /* blobs re-hashed */
-  uint64_t bad;               /* issues found */
+  uint64_t checked; /* blobs re-hashed */
+  uint64_t bad;     /* issues found */
   size_t n_issues;
-  kiln_verify_issue *issues;  /* freed with kiln_verify_report_free */
+  kiln_verify_issue *issues; /* freed with kiln_verify_report_free */
 } kiln_verify_report;
 
 /* Re-hashes every blob of the primary layer, quarantines bad ones and drops

@@ -47,6 +47,11 @@ KILN_API kiln_status kiln_coverage_check(kiln_coverage **out, kiln_cache *cache,
                                          const char *kernels_glob, int driver_version);
 KILN_API void kiln_coverage_free(kiln_coverage *c);
 
+/* The version of the libnccl kiln would load (KILN_NCCL_LIBRARY, else
+ * libnccl.so.2), as NCCL_VERSION_CODE: 22803 for 2.28.3. KILN_ENOTFOUND with
+ * the reason when there is none. */
+KILN_API kiln_status kiln_nccl_version(int *out);
+
 #ifdef __cplusplus
 }
 #endif
