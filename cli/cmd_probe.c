@@ -144,6 +144,8 @@ static void print_text(json_t *o) {
            json_string_value(json_object_get(v, "driver_cuda")),
            json_string_value(json_object_get(v, "ptx_isa")));
   }
+  if (json_is_string(json_object_get(o, "offline_error")))
+    printf("KILN_OFFLINE: %s\n", json_string_value(json_object_get(o, "offline_error")));
   v = json_object_get(o, "nvrtc");
   if (json_is_true(json_object_get(v, "found")))
     printf("NVRTC %s: %zu targets\n", json_string_value(json_object_get(v, "version")),
@@ -217,10 +219,8 @@ int cmd_probe(int argc, char **argv) {
                                     : json_null());
   json_object_set_new(o, "nvrtc", nvrtc_json(&nvrtc));
   json_object_set_new(o, "nccl", nccl_json());
-  {
-    const char *off = getenv("KILN_OFFLINE"); /* as the loader reads it: 1 forbids builds */
-    offline = off && strcmp(off, "1") == 0;
-  }
+  if (kiln_probe_offline(&offline) != KILN_OK) /* the loader would refuse to open */
+    json_object_set_new(o, "offline_error", json_string(kiln_last_error()));
   json_object_set_new(o, "offline", json_boolean(offline));
   if (cli_open_cache(&cache, dir, 0) == KILN_OK) {
     json_object_set_new(o, "caches", caches_json(cache));

@@ -47,6 +47,10 @@ KILN_API kiln_status kiln_coverage_check(kiln_coverage **out, kiln_cache *cache,
                                          const char *kernels_glob, int driver_version);
 KILN_API void kiln_coverage_free(kiln_coverage *c);
 
+/* KILN_OFFLINE as the loader reads it: *out = 1 when it may not build.
+ * KILN_EINVAL (and *out = 0) for a malformed value. */
+KILN_API kiln_status kiln_probe_offline(int *out);
+
 /* The version of the libnccl kiln would load (KILN_NCCL_LIBRARY, else
  * libnccl.so.2), as NCCL_VERSION_CODE: 22803 for 2.28.3. KILN_ENOTFOUND with
  * the reason when there is none. */

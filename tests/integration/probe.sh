@@ -63,5 +63,7 @@ expect_eq "$(json "$OUT" '[u["if_missing"] for u in d["units"] if u["unit"] == "
 KILN_OFFLINE=1 expect_exit 0 kiln probe --cache "$F" --json
 expect_eq "$(json "$OUT" '[u["if_missing"] for u in d["units"] if u["unit"] == "rope"][0]')" \
   "would fail: KILN_OFFLINE=1 forbids building" "rope, offline"
+KILN_OFFLINE=yes expect_exit 0 kiln probe --cache "$F" --json
+expect_eq "$(json "$OUT" '"KILN_OFFLINE" in d["offline_error"]')" true "a malformed KILN_OFFLINE is reported"
 expect_eq "$(cache_state "$F")" "$before" "the cache after kiln probe"
 expect_exit 2 kiln probe --bogus
