@@ -1,0 +1,127 @@
+/* kiln — the remote HTTP cache (libcurl).
+ *
+ * Layout (bazel-remote compatible; any WebDAV server with PUT, e.g. nginx
+ * `dav_methods PUT`):
+ *   {base}/ac/{key}      the record: JSON, schema "kiln-record/1", optionally
+ *                        signed (HMAC-SHA256 over its canonical text)
+ *   {base}/cas/{digest}  the artifact bytes, SHA-256 = digest
+ *
+ * A remote is attached to an open cache (kiln_cache_open: from
+ * kiln_cache_options.remote, or from the environment, KILN_REMOTE_URL). Then
+ * kiln_build reads through it before compiling (and writes back after, with
+ * upload on), the loader fetches from it before building (resolution step 3),
+ * and the coordination root fetches before it compiles. Every download is
+ * streamed to a temp file and verified against its digest before it enters
+ * the local store. Transfers run in parallel (curl multi, HTTP/2 where the
+ * server offers it), with connect and total timeouts, bounded retries with
+ * backoff on connection errors and 5xx, and a breaker that turns the remote
+ * off for the rest of the process after repeated failures (said once, at
+ * warn). A remote failure is never fatal: kiln falls back to building (or,
+ * offline, to the usual clear error). Secrets (token, HMAC key, .netrc) are
+ * never logged. See docs/remote-cache.md. */
+#ifndef KILN_REMOTE_H
+#define KILN_REMOTE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln/api.h"
+#include "kiln/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kiln_cache kiln_cache;
+
+/* Each field left at its "unset" value is read from the environment. */
+typedef struct kiln_remote_options {
+  int version;               /* KILN_REMOTE_OPTIONS_VERSION */
+  const char *url;           /* base URL, http:// or https://; NULL: KILN_REMOTE_URL; "": none */
+  int upload;                /* 1 write back, 0 read only; -1: KILN_REMOTE_UPLOAD (default 0) */
+  const char *token_file;    /* bearer token; NULL: KILN_REMOTE_TOKEN_FILE (else .netrc, if any) */
+  const char *hmac_key_file; /* sign uploads, reject unsigned records; NULL: KILN_REMOTE_HMAC_KEY_FILE */
+  const char *ca_file;       /* CA bundle for TLS; NULL: KILN_REMOTE_CA_FILE (else the system's) */
+  double connect_timeout_s;  /* <= 0: KILN_REMOTE_CONNECT_TIMEOUT (default 5) */
+  double timeout_s;          /* one request, in total; <= 0: KILN_REMOTE_TIMEOUT (default 60) */
+  int retries;               /* extra attempts on connection errors and 5xx; < 0: KILN_REMOTE_RETRIES (default 2) */
+  int parallel;              /* transfers at once; <= 0: KILN_REMOTE_PARALLEL (default 16) */
+} kiln_remote_options;
+
+#define KILN_REMOTE_OPTIONS_VERSION 1
+#define KILN_REMOTE_OPTIONS_INIT {KILN_REMOTE_OPTIONS_VERSION, NULL, -1, NULL, NULL, NULL, 0, 0, -1, 0}
+
+/* Attaches a remote to an open cache (replacing any). KILN_OK with no remote
+ * when the URL is unset or ""; KILN_EINVAL for a bad URL or setting,
+ * KILN_EIO/KILN_EPERM for an unreadable token/key file (named, never its
+ * contents). Contacts nothing. */
+KILN_API kiln_status kiln_cache_set_remote(kiln_cache *cache, const kiln_remote_options *opts);
+/* The base URL in use (without credentials), or NULL when there is none. */
+KILN_API const char *kiln_cache_remote_url(const kiln_cache *cache);
+/* 1 when records are written back. */
+KILN_API int kiln_cache_remote_upload(const kiln_cache *cache);
+
+/* One thing to fetch: the record under key, which must describe unit and
+ * target, and its artifact. */
+typedef struct kiln_remote_item {
+  const char *key;
+  const char *unit;
+  const char *target;
+  /* out */
+  kiln_status status; /* KILN_OK now in the local store; KILN_ENOTFOUND not on
+                         the remote; KILN_ECORRUPT bad bytes/record; KILN_EPERM
+                         missing or wrong signature, or auth refused;
+                         KILN_EREMOTE/KILN_ETIMEDOUT transport (detail in error) */
+  char error[256];
+} kiln_remote_item;
+
+/* Fetches every item that is not already in the local store: the records in
+ * parallel, then the blobs they name, each verified and stored (blob first,
+ * record last). KILN_OK when the batch ran (see each item; misses and bad
+ * answers are counted, never fatal); KILN_ENOTFOUND when the cache has no
+ * remote or its breaker is open (every item ENOTFOUND). */
+KILN_API kiln_status kiln_remote_fetch(kiln_cache *cache, kiln_remote_item *items, size_t n);
+
+/* Writes back the local records with these keys (and their blobs) unless the
+ * remote has them: HEAD first, blob before record, records signed when a key
+ * is configured. KILN_OK when every one is on the remote afterwards;
+ * KILN_EREMOTE (or the first item's failure) otherwise, e.g. a read-only
+ * server answering 403/405 — the caller warns and goes on. *uploaded counts
+ * records written now. KILN_EINVAL when upload is off. */
+KILN_API kiln_status kiln_remote_upload(kiln_cache *cache, const char *const *keys, size_t n,
+                                        size_t *uploaded);
+
+/* Totals kept in the primary index, over every process that used it. */
+typedef struct kiln_remote_stats {
+  uint64_t hits;       /* records fetched and stored */
+  uint64_t misses;     /* 404 */
+  uint64_t errors;     /* transport failures, 5xx, timeouts, auth refused */
+  uint64_t rejected;   /* bad signature, bad JSON, wrong bytes, truncated */
+  uint64_t bytes_down; /* response bytes received */
+  uint64_t uploads;    /* records written back */
+  uint64_t bytes_up;   /* request bytes sent */
+  uint64_t breaker_trips;
+} kiln_remote_stats;
+
+KILN_API kiln_status kiln_remote_stats_get(kiln_cache *cache, kiln_remote_stats *out);
+
+/* For kiln doctor: one round trip to the remote (GET of a record that cannot
+ * exist) and what it says. */
+typedef struct kiln_remote_check_result {
+  int configured;  /* a URL is set */
+  int reachable;   /* an HTTP answer came back */
+  int authorized;  /* not 401/403 */
+  int signing;     /* an HMAC key is configured */
+  int upload;      /* write back is on */
+  int tls;         /* https */
+  long http_status;
+  double ms;       /* the round trip */
+  char detail[512]; /* the transport error or the status line, no secrets */
+} kiln_remote_check_result;
+
+KILN_API kiln_status kiln_remote_check(kiln_cache *cache, kiln_remote_check_result *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
