@@ -413,8 +413,8 @@ static size_t on_read(char *p, size_t size, size_t n, void *u) {
 /* Settles r with rc and the one-line error "GET ac/<key>: <detail> (N attempts)". */
 static void finish_req(kiln_http_req *r, kiln_status rc, const char *detail) {
   r->rc = rc;
-  snprintf(r->error, sizeof r->error, "%s %s: %s (%d attempt%s)", method_name(r->method), r->path,
-           detail, r->attempts, r->attempts == 1 ? "" : "s");
+  snprintf(r->error, sizeof r->error, "%s %.100s: %.120s (%d attempt%s)", method_name(r->method),
+           r->path, detail, r->attempts, r->attempts == 1 ? "" : "s");
 }
 
 /* Sets up x's easy handle for its next attempt. */
