@@ -83,12 +83,12 @@ class Handler(BaseHTTPRequestHandler):
         return os.path.join(self.server.state.root, *parts)
 
     def _answer(self, status, body=b"", length=None, send_body=True):
+        self._logged(status)  # before answering: a client may read the log next
         self.send_response(status)
         self.send_header("Content-Length", str(len(body) if length is None else length))
         self.end_headers()
         if send_body and body:
             self.wfile.write(body)
-        self._logged(status)
 
     def _logged(self, status):
         ok, present = self._auth()
@@ -146,12 +146,12 @@ class Handler(BaseHTTPRequestHandler):
         with open(path, "rb") as f:
             data = f.read()
         if send_body and mode == "truncate":
+            self._logged(200)
             self.send_response(200)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data[: len(data) // 2])
             self.wfile.flush()
-            self._logged(200)
             self.close_connection = True
             return
         if mode == "garbage":
