@@ -1,0 +1,233 @@
+#!/usr/bin/env bash
+# nginx_dav.sh: a private nginx WebDAV server on 127.0.0.1 for the remote
+# cache's tests and benchmarks (the same config docs/remote-cache-server.md
+# describes). Everything lives under DIR, so it runs as any user, root
+# included, and several can run at once.
+#
+#   nginx_dav.sh start DIR [--token T] [--basic USER:PASS] [--readonly] [--tls]
+#       creates DIR/{conf,root,logs,tmp} (and DIR/tls), writes DIR/conf/nginx.conf,
+#       starts nginx on a free port and waits (bounded) until it answers.
+#       stdout: line 1 the base URL (http://127.0.0.1:PORT or https://...),
+#               line 2 with --tls: the CA certificate to trust (DIR/tls/ca.pem).
+#       The same are left in DIR/url and DIR/ca_file. Files are served from
+#       DIR/root: {base}/ac/{key} is DIR/root/ac/{key}. Requests are logged
+#       one line each to DIR/logs/access.log.
+#       --token T        every request needs "Authorization: Bearer T" (else 401)
+#       --basic U:P      HTTP basic auth (htpasswd made with openssl passwd -apr1)
+#       --readonly       GET and HEAD only: PUT and DELETE answer 403
+#       --tls            https with a self-signed CA and a server certificate for
+#                        IP 127.0.0.1 (HTTP/2 offered through ALPN)
+#   nginx_dav.sh stop DIR
+#       stops it (QUIT, then KILL of the master and its workers after a
+#       bounded wait); fine to call when it is not running.
+#
+# Exit status: 0, or 1 with the reason (and nginx's error log) on stderr; on a
+# failed start nothing is left running. Tests call `stop` from their exit trap:
+#   url=$(bash nginx_dav.sh start "$T/srv") || die ...; at_exit "bash nginx_dav.sh stop $T/srv"
+set -euo pipefail
+
+ND_NAME=nginx_dav.sh
+err() { printf '%s: %s\n' "$ND_NAME" "$*" >&2; }
+
+usage() {
+  err "usage: nginx_dav.sh start DIR [--token T] [--basic USER:PASS] [--readonly] [--tls] | stop DIR"
+  exit 2
+}
+
+# The master's pid, when DIR's nginx runs.
+master_pid() {
+  local pid
+  [[ -f $1/nginx.pid ]] || return 1
+  pid=$(tr -dc 0-9 <"$1/nginx.pid")
+  [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || return 1
+  # A recycled pid would not be an nginx master running our config.
+  grep -qa "nginx" "/proc/$pid/cmdline" 2>/dev/null || return 1
+  printf '%s\n' "$pid"
+}
+
+# Pids of the nginx processes that have DIR's error log open: the master and
+# its workers, and workers left behind by a master that was killed.
+ours() {
+  local log=$1/logs/error.log p f
+  for p in /proc/[0-9]*; do
+    [[ $(cat "$p/comm" 2>/dev/null) == nginx ]] || continue
+    for f in "$p"/fd/*; do
+      if [[ $(readlink "$f" 2>/dev/null) == "$log" ]]; then
+        printf '%s\n' "${p#/proc/}"
+        break
+      fi
+    done
+  done
+}
+
+stop() {
+  local dir=$1 pid i left
+  [[ -d $dir ]] || return 0
+  dir=$(realpath "$dir")
+  if pid=$(master_pid "$dir"); then
+    kill -QUIT "$pid" 2>/dev/null || true
+    for ((i = 0; i < 50; i++)); do # 5 s for a graceful stop
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+  fi
+  for ((i = 0; i < 3; i++)); do
+    left=$(ours "$dir")
+    [[ -n $left ]] || break
+    # shellcheck disable=SC2086
+    kill -KILL $left 2>/dev/null || true
+    sleep 0.2
+  done
+  [[ -z $(ours "$dir") ]] || { err "$dir: nginx processes survive SIGKILL: $(ours "$dir" | tr '\n' ' ')"; return 1; }
+  rm -f "$dir/nginx.pid"
+}
+
+free_port() {
+  python3 -c 'import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])
+s.close()'
+}
+
+make_tls() {
+  local d=$1/tls
+  mkdir -p "$d"
+  (
+    cd "$d"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 30 \
+      -keyout ca.key -out ca.pem -subj "/CN=kiln test CA" \
+      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+      -keyout server.key -out server.csr -subj "/CN=127.0.0.1"
+    printf '%s\n' "subjectAltName=IP:127.0.0.1" "basicConstraints=CA:FALSE" \
+      "keyUsage=critical,digitalSignature" "extendedKeyUsage=serverAuth" >server.ext
+    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 30 \
+      -extfile server.ext -out server.pem
+  ) >"$1/logs/openssl.log" 2>&1 || { err "openssl failed: $(tail -5 "$1/logs/openssl.log")"; return 1; }
+  chmod 600 "$d"/*.key
+}
+
+write_conf() {
+  local dir=$1 port=$2 user_line="" listen auth="" ro=""
+  ((EUID == 0)) && user_line="user root;"
+  listen="listen 127.0.0.1:$port;"
+  ((TLS)) && listen="listen 127.0.0.1:$port ssl http2;
+    ssl_certificate $dir/tls/server.pem;
+    ssl_certificate_key $dir/tls/server.key;"
+  [[ -n $TOKEN ]] && auth="if (\$http_authorization != \"Bearer $TOKEN\") { return 401; }"
+  [[ -n $BASIC ]] && auth="auth_basic \"kiln\";
+    auth_basic_user_file $dir/conf/htpasswd;"
+  ((READONLY)) && ro="limit_except GET HEAD { deny all; }"
+  cat >"$dir/conf/nginx.conf" <<EOF
+# written by tests/integration/nginx_dav.sh
+$user_line
+daemon on;
+worker_processes 2;
+pid $dir/nginx.pid;
+error_log $dir/logs/error.log warn;
+events { worker_connections 1024; }
+http {
+  default_type application/octet-stream;
+  access_log $dir/logs/access.log;
+  client_body_temp_path $dir/tmp/body;
+  proxy_temp_path $dir/tmp/proxy;
+  fastcgi_temp_path $dir/tmp/fastcgi;
+  uwsgi_temp_path $dir/tmp/uwsgi;
+  scgi_temp_path $dir/tmp/scgi;
+  sendfile on;
+  keepalive_requests 100000;
+  server {
+    $listen
+    server_name 127.0.0.1;
+    $auth
+    location / {
+      root $dir/root;
+      log_not_found off;
+      dav_methods PUT DELETE;
+      create_full_put_path on;
+      dav_access user:rw group:r all:r;
+      client_max_body_size 1g;
+      $ro
+    }
+  }
+}
+EOF
+}
+
+start() {
+  local dir=$1 port url scheme=http attempt rc curl_args=() deadline
+  mkdir -p "$dir"
+  dir=$(realpath "$dir")
+  if master_pid "$dir" >/dev/null; then err "$dir: nginx already runs there"; return 1; fi
+  mkdir -p "$dir"/{conf,root,logs,tmp}
+  command -v nginx >/dev/null || { err "nginx is not installed"; return 1; }
+  if ((TLS)); then
+    make_tls "$dir" || return 1
+    scheme=https
+    curl_args+=(--cacert "$dir/tls/ca.pem")
+  fi
+  if [[ -n $BASIC ]]; then
+    local u=${BASIC%%:*} p=${BASIC#*:}
+    printf '%s:%s\n' "$u" "$(openssl passwd -apr1 "$p")" >"$dir/conf/htpasswd"
+    chmod 644 "$dir/conf/htpasswd"
+  fi
+  # A free port: the kernel picks one; another process may take it before
+  # nginx binds, so a bind failure is retried with a new port (bounded).
+  for attempt in 1 2 3 4 5 6 7 8; do
+    port=$(free_port)
+    write_conf "$dir" "$port"
+    rc=0
+    nginx -p "$dir" -c "$dir/conf/nginx.conf" -e "$dir/logs/error.log" >"$dir/logs/start.log" 2>&1 || rc=$?
+    ((rc == 0)) && break
+    if grep -q "Address already in use" "$dir/logs/start.log" "$dir/logs/error.log" 2>/dev/null; then
+      stop "$dir"
+      continue
+    fi
+    err "nginx did not start (exit $rc): $(cat "$dir/logs/start.log")"
+    stop "$dir"
+    return 1
+  done
+  ((rc == 0)) || { err "no free port after $attempt attempts"; return 1; }
+  url="$scheme://127.0.0.1:$port"
+  # Ready when it answers (any status: 401 with a token is an answer).
+  deadline=$((SECONDS + 10))
+  until curl -s -o /dev/null --max-time 2 "${curl_args[@]}" "$url/"; do
+    if ((SECONDS >= deadline)) || ! master_pid "$dir" >/dev/null; then
+      err "nginx at $url did not answer within 10 s; error log:"
+      tail -20 "$dir/logs/error.log" >&2 2>/dev/null || true
+      stop "$dir"
+      return 1
+    fi
+    sleep 0.1
+  done
+  printf '%s\n' "$url" >"$dir/url"
+  printf '%s\n' "$url"
+  if ((TLS)); then
+    printf '%s\n' "$dir/tls/ca.pem" >"$dir/ca_file"
+    printf '%s\n' "$dir/tls/ca.pem"
+  fi
+}
+
+(($# >= 2)) || usage
+cmd=$1 dir=$2
+shift 2
+TOKEN="" BASIC="" READONLY=0 TLS=0
+while (($#)); do
+  case $1 in
+    --token) (($# >= 2)) || usage; TOKEN=$2; shift 2 ;;
+    --basic) (($# >= 2)) || usage; BASIC=$2; shift 2 ;;
+    --readonly) READONLY=1; shift ;;
+    --tls) TLS=1; shift ;;
+    *) usage ;;
+  esac
+done
+# The token goes into nginx.conf inside double quotes: keep it to safe characters.
+[[ -z $TOKEN || $TOKEN =~ ^[A-Za-z0-9._~+/=-]+$ ]] || { err "--token: use [A-Za-z0-9._~+/=-] only"; exit 2; }
+[[ -z $BASIC || $BASIC =~ ^[^:]+:.+$ ]] || { err "--basic wants USER:PASS"; exit 2; }
+[[ -z $TOKEN || -z $BASIC ]] || { err "--token and --basic exclude each other"; exit 2; }
+case $cmd in
+  start) start "$dir" ;;
+  stop) stop "$dir" ;;
+  *) usage ;;
+esac
