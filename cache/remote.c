@@ -227,8 +227,10 @@ static void item_fail(kiln_remote_item *it, kiln_status st, const char *msg) {
   snprintf(it->error, sizeof it->error, "%s", msg);
 }
 
-static int counts_as_rejected(kiln_status st) {
-  return st == KILN_ECORRUPT || st == KILN_EPERM;
+/* The first failed request of a batch is said at warn (with its HTTP status
+ * or transport error), the count at the end. */
+static void count_error(kiln_remote_stats *d, const char *url, const char *msg) {
+  if (d->errors++ == 0) kiln_log(KILN_LOG_WARN, "remote cache %s: %s", url, msg);
 }
 
 /* Phase 1: the records. rec[i] is valid where items[i].status is KILN_OK. */
@@ -255,8 +257,8 @@ static void fetch_records(kiln_cache *c, kiln_remote_item *items, size_t n, kiln
     if (q->rc == KILN_ECORRUPT) {
       item_fail(it, KILN_ECORRUPT, q->error); /* e.g. larger than any record */
     } else if (q->rc != KILN_OK) {
-      d->errors++;
       item_fail(it, q->rc, q->error);
+      count_error(d, r->url, q->error);
       continue;
     } else if ((st = kiln_remote_record_decode((const char *)q->data, q->len, it->key, r->key,
                                                r->key_len, &recs[i])) != KILN_OK) {
@@ -312,8 +314,8 @@ static void store_blob(kiln_cache *c, kiln_remote_item *it, kiln_record *rec, bl
     kiln_log(KILN_LOG_WARN, "remote cache %s: rejected the bytes of %s %s: %s", url, it->unit,
              it->target, it->error);
   } else {
-    d->errors++;
     item_fail(it, q->rc, q->error);
+    count_error(d, url, q->error);
   }
 }
 
@@ -408,15 +410,9 @@ kiln_status kiln_remote_fetch(kiln_cache *c, kiln_remote_item *items, size_t n) 
     else
       failed++;
   }
-  if (d.errors) {
-    size_t first = 0;
-    while (first < n && (items[first].status == KILN_OK || items[first].status == KILN_ENOTFOUND ||
-                         counts_as_rejected(items[first].status)))
-      first++;
-    if (first < n)
-      kiln_log(KILN_LOG_WARN, "remote cache %s: %llu request%s failed (%s)", r->url,
-               (unsigned long long)d.errors, d.errors == 1 ? "" : "s", items[first].error);
-  }
+  if (d.errors > 1)
+    kiln_log(KILN_LOG_WARN, "remote cache %s: %llu requests failed in all", r->url,
+             (unsigned long long)d.errors);
   kiln_log(KILN_LOG_INFO,
            "remote cache %s: %zu of %zu fetched, %zu not there, %zu failed (%.0f ms, "
            "%llu bytes)",
