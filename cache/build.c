@@ -288,6 +288,24 @@ out:
   return rc;
 }
 
+/* Offline: what is in no cache layer and not on the remote fails. */
+static void refuse_offline(build_ctx *b, size_t *mine, size_t *n_mine) {
+  for (size_t i = 0; i < *n_mine; i++) {
+    kiln_build_item *it = &b->s->items[mine[i]];
+    char msg[512];
+    snprintf(msg, sizeof msg,
+             "%s for %s is in no cache layer%s, and KILN_OFFLINE=1 forbids building it: run `kiln "
+             "build --arch %s` where it may build (e.g. in the image)",
+             it->unit->name, it->target_name,
+             kiln_cache_remote_url(b->cache) ? " and not on the remote" : "", it->target_name);
+    fail_item(it, KILN_ENOTFOUND, msg);
+    if (kiln_lease_release(b->cache, b->keys[mine[i]]) != KILN_OK)
+      kiln_log(KILN_LOG_WARN, "%s", kiln_last_error());
+    report(b, it);
+  }
+  *n_mine = 0;
+}
+
 /* Writes back every target of the plan that is in the cache now and did not
  * come from the remote. A failure is reported in the summary, not fatal. */
 static void upload_plan(build_ctx *b) {
@@ -365,6 +383,7 @@ static kiln_status single_flight(build_ctx *b) {
     }
     n_pending = n_wait;
     if (n_mine) KILN_CHECK(fetch_mine(b, mine, &n_mine));
+    if (n_mine && b->opts->offline) refuse_offline(b, mine, &n_mine);
     if (n_mine) {
       b->todo = mine; /* compile_task reads b->todo */
       b->n_todo = n_mine;

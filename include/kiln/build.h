@@ -80,10 +80,13 @@ typedef struct kiln_build_options {
    * is written back (a failed write-back is reported, never a failed build).
    * no_remote skips both. */
   int no_remote;
+  /* Compile nothing (KILN_OFFLINE): what neither the local layers nor the
+   * remote have fails with KILN_ENOTFOUND. */
+  int offline;
 } kiln_build_options;
 
 #define KILN_BUILD_OPTIONS_VERSION 1
-#define KILN_BUILD_OPTIONS_INIT {KILN_BUILD_OPTIONS_VERSION, NULL, 0, NULL, 0, 0, NULL, NULL, 0, 0, NULL, 0, 0}
+#define KILN_BUILD_OPTIONS_INIT {KILN_BUILD_OPTIONS_VERSION, NULL, 0, NULL, 0, 0, NULL, NULL, 0, 0, NULL, 0, 0, 0}
 
 /* Builds the plan. KILN_OK when the plan ran (check summary->failed);
  * KILN_ENOTFOUND when the glob matches no unit; other codes when nothing could
