@@ -106,19 +106,17 @@ kiln_status kiln_cache_get(kiln_cache *c, const char *key, kiln_record *out_rec,
   return kiln_fail(KILN_ENOTFOUND, "no record for key %.12s... in any cache layer", key);
 }
 
-kiln_status kiln_record_insert(kiln_cache *c, kiln_record *rec) {
-  static const char *sql =
-      "INSERT OR REPLACE INTO records(" KILN_RECORD_COLUMNS
-      ") VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17)";
+/* One record inside an open write transaction. */
+static kiln_status insert_locked(kiln_cache *c, kiln_record *rec) {
+  static const char *sql = "INSERT OR REPLACE INTO records(" KILN_RECORD_COLUMNS
+                           ") VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17)";
   char path[KILN_PATH_MAX];
   struct stat sb;
   sqlite3_stmt *st = NULL;
   kiln_status rc;
   int r;
   KILN_CHECK(kiln_blob_path(path, sizeof path, c->primary.dir, rec->digest));
-  KILN_CHECK(kiln_txn_begin(c, "store record"));
   if (stat(path, &sb) != 0 || (uint64_t)sb.st_size != rec->size) {
-    kiln_txn_end(c, KILN_ENOTFOUND, "store record");
     rc = kiln_fail(KILN_ENOTFOUND, "blob %s disappeared before its record was stored", path);
     goto out;
   }
@@ -147,11 +145,33 @@ kiln_status kiln_record_insert(kiln_cache *c, kiln_record *rec) {
   }
   rc = (r == SQLITE_DONE) ? KILN_OK : kiln_sql_fail(c->primary.db, r, "store record");
   sqlite3_finalize(st);
-  if (rc == KILN_OK) rc = kiln_sql_exec_key(c->primary.db, "DELETE FROM failures WHERE key = ?1",
-                                            rec->key, "clear failure");
-  rc = kiln_txn_end(c, rc, "store record");
+  if (rc == KILN_OK)
+    rc = kiln_sql_exec_key(c->primary.db, "DELETE FROM failures WHERE key = ?1", rec->key,
+                           "clear failure");
 out:
   return rc;
+}
+
+kiln_status kiln_records_insert(kiln_cache *c, kiln_record *const *recs, size_t n,
+                                kiln_status *each) {
+  kiln_status rc;
+  for (size_t i = 0; i < n; i++)
+    each[i] = KILN_ENOTFOUND;
+  KILN_CHECK(kiln_txn_begin(c, "store records"));
+  for (size_t i = 0; i < n && rc == KILN_OK; i++) {
+    each[i] = insert_locked(c, recs[i]);
+    if (each[i] != KILN_ENOTFOUND && each[i] != KILN_OK) rc = each[i]; /* the index failed */
+  }
+  rc = kiln_txn_end(c, rc, "store records");
+  for (size_t i = 0; i < n && rc != KILN_OK; i++)
+    each[i] = rc; /* rolled back */
+out:
+  return rc;
+}
+
+kiln_status kiln_record_insert(kiln_cache *c, kiln_record *rec) {
+  kiln_status each, rc = kiln_records_insert(c, &rec, 1, &each);
+  return rc != KILN_OK ? rc : each;
 }
 
 kiln_status kiln_cache_put(kiln_cache *c, kiln_record *rec, const void *blob, size_t size,
@@ -174,7 +194,8 @@ kiln_status kiln_cache_put(kiln_cache *c, kiln_record *rec, const void *blob, si
     rc = kiln_record_insert(c, rec);
     if (rc != KILN_ENOTFOUND) goto out;
     if (attempt == 3) {
-      rc = kiln_fail(KILN_EIO, "blob %s keeps disappearing while its record is stored", rec->digest);
+      rc =
+          kiln_fail(KILN_EIO, "blob %s keeps disappearing while its record is stored", rec->digest);
       goto out;
     }
   }
@@ -185,7 +206,8 @@ out:
 kiln_status kiln_cache_clear_failure(kiln_cache *c, const char *key) {
   kiln_status rc;
   pthread_mutex_lock(&c->lock);
-  rc = kiln_sql_exec_key(c->primary.db, "DELETE FROM failures WHERE key = ?1", key, "clear failure");
+  rc =
+      kiln_sql_exec_key(c->primary.db, "DELETE FROM failures WHERE key = ?1", key, "clear failure");
   pthread_mutex_unlock(&c->lock);
   return rc;
 }
@@ -198,9 +220,9 @@ kiln_status kiln_cache_put_failure(kiln_cache *c, const char *key, const char *u
   int r;
   pthread_mutex_lock(&c->lock); /* pool threads share the connection and its error text */
   r = sqlite3_prepare_v2(c->primary.db,
-                             "INSERT OR REPLACE INTO failures(key, unit, target, log, created, "
-                             "expires) VALUES(?1,?2,?3,?4,?5,?6)",
-                             -1, &st, NULL);
+                         "INSERT OR REPLACE INTO failures(key, unit, target, log, created, "
+                         "expires) VALUES(?1,?2,?3,?4,?5,?6)",
+                         -1, &st, NULL);
   if (r == SQLITE_OK) {
     sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, unit, -1, SQLITE_STATIC);
@@ -219,9 +241,8 @@ kiln_status kiln_cache_put_failure(kiln_cache *c, const char *key, const char *u
 kiln_status kiln_cache_get_failure(kiln_cache *c, const char *key, char **out_log) {
   sqlite3_stmt *st = NULL;
   kiln_status rc = KILN_ENOTFOUND;
-  int r = sqlite3_prepare_v2(c->primary.db,
-                             "SELECT log FROM failures WHERE key = ?1 AND expires > ?2", -1, &st,
-                             NULL);
+  int r = sqlite3_prepare_v2(
+      c->primary.db, "SELECT log FROM failures WHERE key = ?1 AND expires > ?2", -1, &st, NULL);
   if (r != SQLITE_OK) return kiln_sql_fail(c->primary.db, r, "look up failure");
   sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
   sqlite3_bind_int64(st, 2, kiln_now_s());
@@ -262,9 +283,8 @@ kiln_status kiln_cache_pin(kiln_cache *c, const char *key) {
 kiln_status kiln_cache_unpin(kiln_cache *c, const char *key) {
   char host[256];
   sqlite3_stmt *st = NULL;
-  int r = sqlite3_prepare_v2(c->primary.db,
-                             "DELETE FROM pins WHERE key = ?1 AND host = ?2 AND pid = ?3", -1, &st,
-                             NULL);
+  int r = sqlite3_prepare_v2(
+      c->primary.db, "DELETE FROM pins WHERE key = ?1 AND host = ?2 AND pid = ?3", -1, &st, NULL);
   kiln_host_name(host, sizeof host);
   if (r == SQLITE_OK) {
     sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);

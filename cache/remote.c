@@ -15,6 +15,7 @@
 #include "common/fileio.h"
 #include "common/logging.h"
 #include "common/params.h"
+#include "common/pool.h"
 
 #define RECORD_MAX (64 * 1024) /* a record document is a few hundred bytes */
 #define BREAKER_THRESHOLD 5    /* failed requests in a row that turn the remote off */
@@ -286,25 +287,15 @@ typedef struct blob_job {
   char tmp[KILN_PATH_MAX];
 } blob_job;
 
-static void store_blob(kiln_cache *c, kiln_remote_item *it, kiln_record *rec, blob_job *j,
-                       kiln_http_req *q, kiln_remote_stats *d) {
-  const char *url = c->remote->url;
-  kiln_status st = q ? q->rc : KILN_OK;
-  if (q) {
-    close(q->out_fd);
-    q->out_fd = -1;
-    d->bytes_down += q->bytes_down;
-    if (st == KILN_OK)
-      st = kiln_blob_adopt(c, rec->digest, j->tmp);
-    else
-      unlink(j->tmp);
-  }
-  if (st == KILN_OK) st = kiln_record_insert(c, rec);
+/* Settles one item from its download (q, NULL when the bytes were here) and
+ * what storing it gave (st, with the detail in err). */
+static void settle_blob(const char *url, kiln_remote_item *it, kiln_http_req *q, kiln_status st,
+                        const char *err, kiln_remote_stats *d) {
   if (st == KILN_OK) {
     d->hits++;
     it->status = KILN_OK;
   } else if (!q || q->rc == KILN_OK) {
-    item_fail(it, st, kiln_last_error()); /* the local store failed */
+    item_fail(it, st, err); /* the local store failed */
     kiln_log(KILN_LOG_WARN, "remote cache: storing %s %s failed: %s", it->unit, it->target,
              it->error);
   } else if (q->rc == KILN_ENOTFOUND || q->rc == KILN_ECORRUPT) {
@@ -319,11 +310,86 @@ static void store_blob(kiln_cache *c, kiln_remote_item *it, kiln_record *rec, bl
   }
 }
 
+typedef struct adopt_ctx {
+  kiln_cache *c;
+  blob_job *jobs;
+  kiln_http_req *reqs;
+  kiln_record *recs;
+  kiln_status *st;
+  char (*err)[256];
+} adopt_ctx;
+
+/* On the pool: fsync, rename and fsync-dir overlap across blobs. */
+static void adopt_task(size_t k, void *user) {
+  adopt_ctx *a = user;
+  blob_job *j = &a->jobs[k];
+  kiln_http_req *q = j->req >= 0 ? &a->reqs[j->req] : NULL;
+  a->st[k] = KILN_OK;
+  if (!q) return;
+  if (q->rc != KILN_OK) {
+    unlink(j->tmp);
+    a->st[k] = q->rc;
+    return;
+  }
+  a->st[k] = kiln_blob_adopt(a->c, a->recs[j->item].digest, j->tmp);
+  if (a->st[k] != KILN_OK) snprintf(a->err[k], sizeof a->err[k], "%s", kiln_last_error());
+}
+
+/* Blobs first (in parallel), then every record in one transaction. */
+static kiln_status store_blobs(kiln_cache *c, kiln_remote_item *items, blob_job *jobs,
+                               size_t n_jobs, kiln_http_req *reqs, kiln_record *recs,
+                               kiln_remote_stats *d) {
+  adopt_ctx a = {c, jobs, reqs, recs, NULL, NULL};
+  kiln_record **ins = calloc(n_jobs ? n_jobs : 1, sizeof *ins);
+  kiln_status *each = calloc(n_jobs ? n_jobs : 1, sizeof *each);
+  size_t *which = calloc(n_jobs ? n_jobs : 1, sizeof *which), m = 0;
+  kiln_status rc = KILN_OK;
+  a.st = calloc(n_jobs ? n_jobs : 1, sizeof *a.st);
+  a.err = calloc(n_jobs ? n_jobs : 1, sizeof *a.err);
+  if (!ins || !each || !which || !a.st || !a.err) {
+    rc = kiln_fail(KILN_ENOMEM, "out of memory");
+    for (size_t k = 0; k < n_jobs; k++)
+      if (jobs[k].req >= 0) unlink(jobs[k].tmp);
+    goto out;
+  }
+  for (size_t k = 0; k < n_jobs; k++) {
+    kiln_http_req *q = jobs[k].req >= 0 ? &reqs[jobs[k].req] : NULL;
+    if (!q) continue;
+    close(q->out_fd);
+    q->out_fd = -1;
+    d->bytes_down += q->bytes_down;
+  }
+  KILN_CHECK(kiln_pool_run(n_jobs, 8, adopt_task, &a));
+  for (size_t k = 0; k < n_jobs; k++) {
+    if (a.st[k] != KILN_OK) continue;
+    which[m] = k;
+    ins[m++] = &recs[jobs[k].item];
+  }
+  if (m && kiln_records_insert(c, ins, m, each) != KILN_OK)
+    kiln_log(KILN_LOG_WARN, "remote cache: storing records failed: %s", kiln_last_error());
+  for (size_t i = 0; i < m; i++) {
+    a.st[which[i]] = each[i];
+    if (each[i] != KILN_OK)
+      snprintf(a.err[which[i]], sizeof a.err[which[i]], "%s", kiln_last_error());
+  }
+  for (size_t k = 0; k < n_jobs; k++)
+    settle_blob(c->remote->url, &items[jobs[k].item], jobs[k].req >= 0 ? &reqs[jobs[k].req] : NULL,
+                a.st[k], a.err[k], d);
+out:
+  free(ins);
+  free(each);
+  free(which);
+  free(a.st);
+  free(a.err);
+  return rc;
+}
+
 static kiln_status fetch_blobs(kiln_cache *c, kiln_remote_item *items, size_t n,
                                kiln_http_req *reqs, kiln_record *recs, kiln_remote_stats *d) {
   blob_job *jobs = calloc(n ? n : 1, sizeof *jobs);
   size_t n_jobs = 0;
   int n_reqs = 0;
+  kiln_status rc;
   if (!jobs) return kiln_fail(KILN_ENOMEM, "out of memory");
   kiln_http_reqs_reset(reqs, n);
   for (size_t i = 0; i < n; i++) {
@@ -356,12 +422,9 @@ static kiln_status fetch_blobs(kiln_cache *c, kiln_remote_item *items, size_t n,
     n_jobs++;
   }
   kiln_http_run(c->remote->http, reqs, (size_t)n_reqs);
-  for (size_t k = 0; k < n_jobs; k++) {
-    blob_job *j = &jobs[k];
-    store_blob(c, &items[j->item], &recs[j->item], j, j->req >= 0 ? &reqs[j->req] : NULL, d);
-  }
+  rc = store_blobs(c, items, jobs, n_jobs, reqs, recs, d);
   free(jobs);
-  return KILN_OK;
+  return rc;
 }
 
 static double now_ms(void) {

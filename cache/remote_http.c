@@ -248,8 +248,12 @@ void kiln_http_sink_free(kiln_http_sink *s) {
 
 struct kiln_http {
   kiln_http_config cfg;
-  pthread_mutex_t mu; /* guards the breaker */
-  int consecutive;    /* failed requests in a row */
+  /* Connections (and DNS, TLS sessions) are kept between runs: a fetch's
+   * records and then its blobs, or the loader's later lookups, reuse them. */
+  CURLSH *share;
+  pthread_mutex_t share_mu[CURL_LOCK_DATA_LAST]; /* one per kind: curl nests them */
+  pthread_mutex_t mu;                            /* guards the breaker */
+  int consecutive;                               /* failed requests in a row */
   int open;
   int trips;
 };
@@ -286,6 +290,16 @@ static kiln_status check_base(const char *base) {
   return KILN_OK;
 }
 
+static void share_lock(CURL *e, curl_lock_data d, curl_lock_access a, void *user) {
+  (void)e, (void)a;
+  if (d >= 0 && d < CURL_LOCK_DATA_LAST) pthread_mutex_lock(&((kiln_http *)user)->share_mu[d]);
+}
+
+static void share_unlock(CURL *e, curl_lock_data d, void *user) {
+  (void)e;
+  if (d >= 0 && d < CURL_LOCK_DATA_LAST) pthread_mutex_unlock(&((kiln_http *)user)->share_mu[d]);
+}
+
 kiln_status kiln_http_new(kiln_http **out, const kiln_http_config *cfg) {
   kiln_status rc = KILN_OK;
   kiln_http *h = NULL;
@@ -316,6 +330,17 @@ kiln_status kiln_http_new(kiln_http **out, const kiln_http_config *cfg) {
   if (h->cfg.retries < 0) h->cfg.retries = 0;
   if (h->cfg.backoff_ms < 0) h->cfg.backoff_ms = 0;
   pthread_mutex_init(&h->mu, NULL);
+  for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+    pthread_mutex_init(&h->share_mu[i], NULL);
+  h->share = curl_share_init();
+  if (h->share) { /* without one, each run opens its own connections: slower, not wrong */
+    curl_share_setopt(h->share, CURLSHOPT_LOCKFUNC, share_lock);
+    curl_share_setopt(h->share, CURLSHOPT_UNLOCKFUNC, share_unlock);
+    curl_share_setopt(h->share, CURLSHOPT_USERDATA, h);
+    curl_share_setopt(h->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
+    curl_share_setopt(h->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+    curl_share_setopt(h->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+  }
   *out = h;
 out:
   return rc;
@@ -323,6 +348,9 @@ out:
 
 void kiln_http_free(kiln_http *h) {
   if (!h) return;
+  if (h->share) curl_share_cleanup(h->share);
+  for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+    pthread_mutex_destroy(&h->share_mu[i]);
   pthread_mutex_destroy(&h->mu);
   memset(h->cfg.token, 0, sizeof h->cfg.token);
   free(h);
@@ -460,6 +488,7 @@ static kiln_status xfer_setup(run *R, xfer *x) {
   curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
   curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
   curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
+  if (R->h->share) curl_easy_setopt(e, CURLOPT_SHARE, R->h->share);
   curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L);
   curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
   if (c->ca_file[0]) curl_easy_setopt(e, CURLOPT_CAINFO, c->ca_file);

@@ -62,6 +62,10 @@ kiln_status kiln_blob_adopt(kiln_cache *c, const char *digest, const char *tmp_p
  * its blob present with rec->size bytes; KILN_ENOTFOUND when it is not (gc
  * removed it meanwhile). Clears a failure record for the key. */
 kiln_status kiln_record_insert(kiln_cache *c, kiln_record *rec);
+/* The same for many records in one transaction; each[i] is rec i's outcome.
+ * Returns KILN_OK unless the index itself failed (then nothing is stored). */
+kiln_status kiln_records_insert(kiln_cache *c, kiln_record *const *recs, size_t n,
+                                kiln_status *each);
 /* Moves a bad blob of the primary layer into quarantine/ and drops the
  * records that reference it. Without force, a blob that now verifies (a good
  * copy rewritten by another process) stays. */

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # nginx_dav.sh: a private nginx WebDAV server on 127.0.0.1 for the remote
-# cache's tests and benchmarks (the same config docs/remote-cache-server.md
+# cache's tests and benchmarks (the same config docs/remote-cache.md, "Running a server"
 # describes). Everything lives under DIR, so it runs as any user, root
 # included, and several can run at once.
 #
