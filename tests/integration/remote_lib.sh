@@ -31,7 +31,7 @@ serve() {
 }
 
 fault_serve() {
-  local name=$1 mode=$2 port
+  local name=$1 mode=$2
   shift 2
   [[ -f $FAULT_SERVER ]] || die "no $FAULT_SERVER"
   mkdir -p "$T/$name/root"
@@ -79,7 +79,7 @@ secret_free() {
   local what=$1 secret=$2 hits
   shift 2
   hits=$(grep -rlaF -- "$secret" "$@" 2>/dev/null || true)
-  [[ -z $hits ]] || fail "$what: the secret appears in: $(echo $hits)"
+  [[ -z $hits ]] || fail "$what: the secret appears in: ${hits//$'\n'/ }"
 }
 
 timed() {
