@@ -75,6 +75,39 @@ out:
   return rc;
 }
 
+kiln_status kiln_blob_adopt(kiln_cache *c, const char *digest, const char *tmp_path) {
+  char path[KILN_PATH_MAX], dir[KILN_PATH_MAX];
+  kiln_status rc;
+  int fd = -1;
+  KILN_CHECK(kiln_blob_path(path, sizeof path, c->primary.dir, digest));
+  if (kiln_blob_read(c->primary.dir, digest, UINT64_MAX, NULL, NULL) == KILN_OK) {
+    rc = KILN_OK; /* a good copy is there: keep it */
+    goto out;
+  }
+  if (snprintf(dir, sizeof dir, "%s/%.2s", c->cas_dir, digest) >= (int)sizeof dir) {
+    rc = kiln_fail(KILN_EINVAL, "path too long: %s", c->cas_dir);
+    goto out;
+  }
+  if (access(dir, F_OK) != 0) {
+    KILN_CHECK(kiln_mkdir(dir, 0700));
+    KILN_CHECK(kiln_fsync_dir(c->cas_dir));
+  }
+  fd = open(tmp_path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || fsync(fd) != 0 || fchmod(fd, 0444) != 0) {
+    rc = kiln_fail_errno(KILN_EIO, errno, "sync %s", tmp_path);
+    goto out;
+  }
+  if (rename(tmp_path, path) != 0) {
+    rc = kiln_fail_errno(KILN_EIO, errno, "move %s to %s", tmp_path, path);
+    goto out;
+  }
+  rc = kiln_fsync_dir(dir);
+out:
+  if (fd >= 0) close(fd);
+  unlink(tmp_path); /* gone after the rename; removed on every other path */
+  return rc;
+}
+
 kiln_status kiln_blob_quarantine(kiln_cache *c, const char *digest, const char *why_in,
                                  int force) {
   char path[KILN_PATH_MAX], dest[KILN_PATH_MAX], why[256];

@@ -13,6 +13,7 @@
 #include "common/pool.h"
 #include "compiler/compile.h"
 #include "kiln/build.h"
+#include "kiln/remote.h"
 
 /* Everything here goes into the key. -v only makes ptxas report resources. */
 #define KILN_COMPILE_OPTIONS "-std=c++17 --ptxas-options=-v"
@@ -250,6 +251,86 @@ static void sleep_ms(int64_t ms) {
   while (nanosleep(&ts, &ts) != 0) {}
 }
 
+/* Fetches the items this process holds the lease for from the remote cache
+ * (one parallel batch); those it gets are settled (FETCHED) and their leases
+ * released, the rest stay in mine[] to be compiled. */
+static kiln_status fetch_mine(build_ctx *b, size_t *mine, size_t *n_mine) {
+  kiln_remote_item *items;
+  size_t kept = 0;
+  kiln_status rc = KILN_OK;
+  if (b->opts->no_remote || b->opts->rebuild || !kiln_cache_remote_url(b->cache)) return KILN_OK;
+  items = calloc(*n_mine, sizeof *items);
+  if (!items) return kiln_fail(KILN_ENOMEM, "out of memory");
+  for (size_t i = 0; i < *n_mine; i++) {
+    kiln_build_item *it = &b->s->items[mine[i]];
+    items[i].key = b->keys[mine[i]];
+    items[i].unit = it->unit->name;
+    items[i].target = it->target_name;
+  }
+  kiln_remote_fetch(b->cache, items, *n_mine); /* never fatal: misses are compiled */
+  for (size_t i = 0; i < *n_mine; i++) {
+    size_t idx = mine[i];
+    int settled = 0;
+    if (items[i].status == KILN_OK) {
+      rc = settle_from_cache(b, idx, KILN_BUILD_FETCHED, &settled);
+      if (rc != KILN_OK) goto out;
+    }
+    if (settled) {
+      if (kiln_lease_release(b->cache, b->keys[idx]) != KILN_OK)
+        kiln_log(KILN_LOG_WARN, "%s", kiln_last_error());
+      continue;
+    }
+    mine[kept++] = idx;
+  }
+  *n_mine = kept;
+out:
+  free(items);
+  return rc;
+}
+
+/* Offline: what is in no cache layer and not on the remote fails. */
+static void refuse_offline(build_ctx *b, size_t *mine, size_t *n_mine) {
+  for (size_t i = 0; i < *n_mine; i++) {
+    kiln_build_item *it = &b->s->items[mine[i]];
+    char msg[512];
+    snprintf(msg, sizeof msg,
+             "%s for %s is in no cache layer%s, and KILN_OFFLINE=1 forbids building it: run `kiln "
+             "build --arch %s` where it may build (e.g. in the image)",
+             it->unit->name, it->target_name,
+             kiln_cache_remote_url(b->cache) ? " and not on the remote" : "", it->target_name);
+    fail_item(it, KILN_ENOTFOUND, msg);
+    if (kiln_lease_release(b->cache, b->keys[mine[i]]) != KILN_OK)
+      kiln_log(KILN_LOG_WARN, "%s", kiln_last_error());
+    report(b, it);
+  }
+  *n_mine = 0;
+}
+
+/* Writes back every target of the plan that is in the cache now and did not
+ * come from the remote. A failure is reported in the summary, not fatal. */
+static void upload_plan(build_ctx *b) {
+  kiln_build_summary *s = b->s;
+  const char **keys;
+  size_t n = 0;
+  if (b->opts->no_remote || !kiln_cache_remote_upload(b->cache)) return;
+  keys = calloc(s->n_items ? s->n_items : 1, sizeof *keys);
+  if (!keys) {
+    s->upload_status = kiln_fail(KILN_ENOMEM, "out of memory");
+    snprintf(s->upload_error, sizeof s->upload_error, "%s", kiln_last_error());
+    return;
+  }
+  for (size_t i = 0; i < s->n_items; i++) {
+    kiln_build_outcome o = s->items[i].outcome;
+    if (o == KILN_BUILD_HIT || o == KILN_BUILD_BUILT || o == KILN_BUILD_SHARED) keys[n++] = b->keys[i];
+  }
+  s->upload_status = kiln_remote_upload(b->cache, keys, n, &s->uploaded);
+  if (s->upload_status != KILN_OK) {
+    snprintf(s->upload_error, sizeof s->upload_error, "%s", kiln_last_error());
+    kiln_log(KILN_LOG_WARN, "%s", s->upload_error);
+  }
+  free(keys);
+}
+
 /* Compiles every pending item this process wins the lease for, waits for
  * the others (polling, bounded), and takes over leases whose holder died. */
 static kiln_status single_flight(build_ctx *b) {
@@ -301,6 +382,8 @@ static kiln_status single_flight(build_ctx *b) {
       pending[n_wait++] = idx;
     }
     n_pending = n_wait;
+    if (n_mine) KILN_CHECK(fetch_mine(b, mine, &n_mine));
+    if (n_mine && b->opts->offline) refuse_offline(b, mine, &n_mine);
     if (n_mine) {
       b->todo = mine; /* compile_task reads b->todo */
       b->n_todo = n_mine;
@@ -369,6 +452,7 @@ static void summarise(kiln_build_summary *s) {
     if (it->outcome == KILN_BUILD_HIT) s->hits++;
     else if (it->outcome == KILN_BUILD_BUILT) s->built++;
     else if (it->outcome == KILN_BUILD_SHARED) s->shared++;
+    else if (it->outcome == KILN_BUILD_FETCHED) s->fetched++;
     else s->failed++;
     if (it->outcome != KILN_BUILD_FAILED) s->bytes += it->record.size;
   }
@@ -424,6 +508,7 @@ kiln_status kiln_build(kiln_build_summary **out, kiln_cache *cache, const kiln_b
   for (size_t i = 0; i < s->n_items; i++) KILN_CHECK(settle(&b, i));
   KILN_CHECK(single_flight(&b));
   summarise(s);
+  upload_plan(&b);
   s->wall_ms = now_ms() - t0;
   *out = s;
   s = NULL;

@@ -106,38 +106,21 @@ kiln_status kiln_cache_get(kiln_cache *c, const char *key, kiln_record *out_rec,
   return kiln_fail(KILN_ENOTFOUND, "no record for key %.12s... in any cache layer", key);
 }
 
-kiln_status kiln_cache_put(kiln_cache *c, kiln_record *rec, const void *blob, size_t size,
-                           const char *log, size_t log_len) {
+kiln_status kiln_record_insert(kiln_cache *c, kiln_record *rec) {
   static const char *sql =
       "INSERT OR REPLACE INTO records(" KILN_RECORD_COLUMNS
       ") VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17)";
+  char path[KILN_PATH_MAX];
+  struct stat sb;
   sqlite3_stmt *st = NULL;
   kiln_status rc;
   int r;
-  if (!c || !rec || (!blob && size)) return kiln_fail(KILN_EINVAL, "kiln_cache_put: NULL argument");
-  KILN_CHECK(kiln_sha256_hex(rec->digest, blob, size));
-  rec->size = size;
-  rec->log_digest[0] = '\0';
-  if (log && log_len) {
-    KILN_CHECK(kiln_sha256_hex(rec->log_digest, log, log_len));
-    KILN_CHECK(kiln_blob_write(c, rec->log_digest, log, log_len));
-  }
-  /* Blob first, record last: a crash in between leaves an unreferenced blob
-   * (gc removes it), never a record without its bytes. The record goes in
-   * only while the write lock shows the blob still there: gc, rm and
-   * quarantine remove blobs under the same lock. */
-  for (int attempt = 0;; attempt++) {
-    char path[KILN_PATH_MAX];
-    struct stat sb;
-    KILN_CHECK(kiln_blob_write(c, rec->digest, blob, size));
-    KILN_CHECK(kiln_blob_path(path, sizeof path, c->primary.dir, rec->digest));
-    KILN_CHECK(kiln_txn_begin(c, "store record"));
-    if (stat(path, &sb) == 0 && (uint64_t)sb.st_size == size) break;
+  KILN_CHECK(kiln_blob_path(path, sizeof path, c->primary.dir, rec->digest));
+  KILN_CHECK(kiln_txn_begin(c, "store record"));
+  if (stat(path, &sb) != 0 || (uint64_t)sb.st_size != rec->size) {
     kiln_txn_end(c, KILN_ENOTFOUND, "store record");
-    if (attempt == 3) {
-      rc = kiln_fail(KILN_EIO, "blob %s keeps disappearing while its record is stored", path);
-      goto out;
-    }
+    rc = kiln_fail(KILN_ENOTFOUND, "blob %s disappeared before its record was stored", path);
+    goto out;
   }
   rec->created = rec->last_used = kiln_now_s();
   rec->layer = 0;
@@ -164,10 +147,37 @@ kiln_status kiln_cache_put(kiln_cache *c, kiln_record *rec, const void *blob, si
   }
   rc = (r == SQLITE_DONE) ? KILN_OK : kiln_sql_fail(c->primary.db, r, "store record");
   sqlite3_finalize(st);
-  st = NULL;
   if (rc == KILN_OK) rc = kiln_sql_exec_key(c->primary.db, "DELETE FROM failures WHERE key = ?1",
                                             rec->key, "clear failure");
   rc = kiln_txn_end(c, rc, "store record");
+out:
+  return rc;
+}
+
+kiln_status kiln_cache_put(kiln_cache *c, kiln_record *rec, const void *blob, size_t size,
+                           const char *log, size_t log_len) {
+  kiln_status rc;
+  if (!c || !rec || (!blob && size)) return kiln_fail(KILN_EINVAL, "kiln_cache_put: NULL argument");
+  KILN_CHECK(kiln_sha256_hex(rec->digest, blob, size));
+  rec->size = size;
+  rec->log_digest[0] = '\0';
+  if (log && log_len) {
+    KILN_CHECK(kiln_sha256_hex(rec->log_digest, log, log_len));
+    KILN_CHECK(kiln_blob_write(c, rec->log_digest, log, log_len));
+  }
+  /* Blob first, record last: a crash in between leaves an unreferenced blob
+   * (gc removes it), never a record without its bytes. The record goes in
+   * only while the write lock shows the blob still there: gc, rm and
+   * quarantine remove blobs under the same lock. */
+  for (int attempt = 0;; attempt++) {
+    KILN_CHECK(kiln_blob_write(c, rec->digest, blob, size));
+    rc = kiln_record_insert(c, rec);
+    if (rc != KILN_ENOTFOUND) goto out;
+    if (attempt == 3) {
+      rc = kiln_fail(KILN_EIO, "blob %s keeps disappearing while its record is stored", rec->digest);
+      goto out;
+    }
+  }
 out:
   return rc;
 }

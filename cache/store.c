@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cache/remote.h"
 #include "cache/store.h"
 #include "common/error.h"
 #include "common/fileio.h"
@@ -39,7 +40,9 @@ static const char *schema_sql =
     " id INTEGER PRIMARY KEY, key TEXT NOT NULL, unit TEXT NOT NULL, target TEXT NOT NULL,"
     " host TEXT NOT NULL, pid INTEGER NOT NULL, started INTEGER NOT NULL, ms REAL,"
     " ok INTEGER NOT NULL);"
-    "CREATE INDEX IF NOT EXISTS builds_key ON builds(key);";
+    "CREATE INDEX IF NOT EXISTS builds_key ON builds(key);"
+    /* schema 3: totals of the remote cache's traffic (include/kiln/remote.h) */
+    "CREATE TABLE IF NOT EXISTS remote_stats(name TEXT PRIMARY KEY, value INTEGER NOT NULL);";
 
 /* The cache directory must be ours and closed to others: anyone who can write
  * it can plant code that every training process will run. */
@@ -246,7 +249,7 @@ kiln_status kiln_cache_open(kiln_cache **out, const kiln_cache_options *opts) {
   if (!out) return kiln_fail(KILN_EINVAL, "kiln_cache_open: out is NULL");
   *out = NULL;
   if (!opts) opts = &dflt;
-  if (opts->version != KILN_CACHE_OPTIONS_VERSION)
+  if (opts->version != 1 && opts->version != KILN_CACHE_OPTIONS_VERSION)
     return kiln_fail(KILN_EINVAL, "kiln_cache_options: unknown version %d", opts->version);
   c = calloc(1, sizeof *c);
   if (!c) return kiln_fail(KILN_ENOMEM, "out of memory");
@@ -263,6 +266,7 @@ kiln_status kiln_cache_open(kiln_cache **out, const kiln_cache_options *opts) {
   }
   KILN_CHECK(open_primary(c, opts->create));
   open_layers(c, opts->ro_path ? opts->ro_path : kiln_param_cache_path());
+  KILN_CHECK(kiln_cache_set_remote(c, opts->version >= 2 ? opts->remote : NULL));
   *out = c;
   c = NULL;
 out:
@@ -272,6 +276,7 @@ out:
 
 void kiln_cache_close(kiln_cache *c) {
   if (!c) return;
+  kiln_remote_close(c->remote);
   /* Fold the WAL into index.sqlite so the directory can serve as a read-only
    * (immutable) layer as it is; best effort when others still have it open. */
   if (c->primary.db) {

@@ -25,7 +25,11 @@ struct kiln_cache {
   pthread_mutex_t lock;               /* serialises multi-statement work on primary.db */
   char host[64];                      /* this host's name, for leases and pins */
   char token[33];                     /* random, unique to this handle: owns its leases */
+  struct kiln_remote *remote;         /* the remote HTTP cache, or NULL (cache/remote.c) */
 };
+
+/* Frees a remote attached by kiln_cache_set_remote (NULL is fine). */
+void kiln_remote_close(struct kiln_remote *r);
 
 /* Runs sql on db; KILN_EDB naming what and sqlite's message on failure. */
 kiln_status kiln_sql_exec(sqlite3 *db, const char *sql, const char *what);
@@ -50,6 +54,14 @@ kiln_status kiln_blob_read(const char *layer_dir, const char *digest, uint64_t w
                            uint8_t **out, size_t *out_size);
 /* Writes a blob into the primary layer (no-op if a good copy exists). */
 kiln_status kiln_blob_write(kiln_cache *c, const char *digest, const void *data, size_t len);
+/* Moves a verified temp file (under c->tmp_dir) into the primary layer as
+ * digest: mode 0444, fsync, rename, fsync dir. When a copy is already there
+ * the temp file is removed. */
+kiln_status kiln_blob_adopt(kiln_cache *c, const char *digest, const char *tmp_path);
+/* Inserts rec (created/last_used set now, layer 0) while the write lock shows
+ * its blob present with rec->size bytes; KILN_ENOTFOUND when it is not (gc
+ * removed it meanwhile). Clears a failure record for the key. */
+kiln_status kiln_record_insert(kiln_cache *c, kiln_record *rec);
 /* Moves a bad blob of the primary layer into quarantine/ and drops the
  * records that reference it. Without force, a blob that now verifies (a good
  * copy rewritten by another process) stays. */

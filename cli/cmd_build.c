@@ -9,8 +9,8 @@
 #include "cli/cli.h"
 
 static const char *usage =
-    "usage: kiln build [--arch LIST|all] [--kernels GLOB] [--cache DIR] [-j N] [--rebuild] "
-    "[--json]\n"
+    "usage: kiln build [--arch LIST|all] [--kernels GLOB] [--cache DIR] [-j N] [--rebuild]\n"
+    "                  [--remote URL] [--upload] [--no-remote] [--json]\n"
     "\n"
     "Compiles every kernel unit for every target with NVRTC into the cache.\n"
     "Targets already cached (digest verified) are hits and are not rebuilt.\n"
@@ -28,9 +28,18 @@ static const char *usage =
     "  --cache DIR    primary cache directory (default: KILN_CACHE_DIR,\n"
     "                 else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln)\n"
     "  -j N           parallel compiles (default: KILN_JOBS, else the number of cores)\n"
-    "  --rebuild      compile even targets that are cached\n"
+    "  --rebuild      compile even targets that are cached (the remote is not read)\n"
+    "  --remote URL   remote HTTP cache (default: KILN_REMOTE_URL): targets missing\n"
+    "                 locally are fetched from it before anything is compiled\n"
+    "  --upload       write every target of the plan back to the remote (default:\n"
+    "                 KILN_REMOTE_UPLOAD); a refused upload is a warning, not a failure\n"
+    "  --no-remote    ignore KILN_REMOTE_URL\n"
     "  --json         print the summary and every target as JSON on stdout\n"
     "  -h, --help     this help\n"
+    "\n"
+    "Remote credentials: a bearer token from KILN_REMOTE_TOKEN_FILE, else .netrc;\n"
+    "records signed/verified with KILN_REMOTE_HMAC_KEY_FILE; TLS CA from\n"
+    "KILN_REMOTE_CA_FILE. See docs/remote-cache.md.\n"
     "\n"
     "Exit status: 0 when every target is in the cache afterwards, 1 when any\n"
     "failed, 2 for bad usage or input (unknown arch, glob matching nothing).\n";
@@ -41,10 +50,11 @@ typedef struct progress_state {
 } progress_state;
 
 static const char *outcome_name(kiln_build_outcome o) {
-  return o == KILN_BUILD_HIT      ? "hit"
-         : o == KILN_BUILD_BUILT  ? "built"
-         : o == KILN_BUILD_SHARED ? "shared"
-                                  : "failed";
+  return o == KILN_BUILD_HIT       ? "hit"
+         : o == KILN_BUILD_BUILT   ? "built"
+         : o == KILN_BUILD_SHARED  ? "shared"
+         : o == KILN_BUILD_FETCHED ? "fetched"
+                                   : "failed";
 }
 
 static void progress(const kiln_build_item *it, size_t done, size_t total, void *user) {
@@ -53,6 +63,10 @@ static void progress(const kiln_build_item *it, size_t done, size_t total, void 
     fprintf(stderr, "\r\033[K[%zu/%zu] %-6s %s %s", done, total, outcome_name(it->outcome),
             it->unit->name, it->target_name);
     if (done == total) fputc('\n', stderr);
+  } else if (it->outcome == KILN_BUILD_FETCHED) {
+    char size[32];
+    fprintf(stderr, "[%zu/%zu] fetched %s %s (%s)\n", done, total, it->unit->name,
+            it->target_name, cli_human_size(size, it->record.size));
   } else if (it->outcome != KILN_BUILD_HIT) {
     fprintf(stderr, "[%zu/%zu] %s %s %s (%.1f s)\n", done, total, outcome_name(it->outcome),
             it->unit->name, it->target_name, it->record.build_ms / 1000.0);
@@ -68,6 +82,13 @@ static json_t *summary_json(const kiln_build_summary *s, kiln_cache *cache) {
   json_object_set_new(o, "built", json_integer((json_int_t)s->built));
   json_object_set_new(o, "failed", json_integer((json_int_t)s->failed));
   json_object_set_new(o, "shared", json_integer((json_int_t)s->shared));
+  json_object_set_new(o, "fetched", json_integer((json_int_t)s->fetched));
+  json_object_set_new(o, "uploaded", json_integer((json_int_t)s->uploaded));
+  json_object_set_new(o, "remote", kiln_cache_remote_url(cache)
+                                       ? json_string(kiln_cache_remote_url(cache))
+                                       : json_null());
+  if (s->upload_status != KILN_OK)
+    json_object_set_new(o, "upload_error", json_string(s->upload_error));
   json_object_set_new(o, "taken_over", json_integer((json_int_t)s->taken_over));
   json_object_set_new(o, "bytes", json_integer((json_int_t)s->bytes));
   json_object_set_new(o, "wall_ms", json_real(s->wall_ms));
@@ -103,13 +124,24 @@ static void print_failures(const kiln_build_summary *s) {
 
 static void print_summary(const kiln_build_summary *s, kiln_cache *cache) {
   char size[32];
-  char shared[64] = "";
+  char shared[64] = "", fetched[64] = "";
   if (s->shared) snprintf(shared, sizeof shared, ", %zu built by another process", s->shared);
-  printf("kiln build: %zu targets, %zu cache hits, %zu built%s, %zu failed, %s, %.1f s "
+  if (kiln_cache_remote_url(cache))
+    snprintf(fetched, sizeof fetched, ", %zu fetched", s->fetched);
+  printf("kiln build: %zu targets, %zu cache hits%s, %zu built%s, %zu failed, %s, %.1f s "
          "(%.1f CPU s compiling)\n",
-         s->targets, s->hits, s->built, shared, s->failed, cli_human_size(size, s->bytes),
+         s->targets, s->hits, fetched, s->built, shared, s->failed, cli_human_size(size, s->bytes),
          s->wall_ms / 1000.0, s->compile_cpu_s);
   printf("cache: %s\n", kiln_cache_dir(cache));
+  if (kiln_cache_remote_url(cache)) {
+    if (!kiln_cache_remote_upload(cache))
+      printf("remote: %s (read only)\n", kiln_cache_remote_url(cache));
+    else if (s->upload_status == KILN_OK)
+      printf("remote: %s, %zu uploaded\n", kiln_cache_remote_url(cache), s->uploaded);
+    else
+      printf("remote: %s, %zu uploaded; upload failed: %s\n", kiln_cache_remote_url(cache),
+             s->uploaded, s->upload_error);
+  }
 }
 
 static int matches_a_unit(const char *glob) {
@@ -123,7 +155,11 @@ int cmd_build(int argc, char **argv) {
       {"arch", required_argument, 0, 'a'},  {"kernels", required_argument, 0, 'k'},
       {"cache", required_argument, 0, 'c'}, {"jobs", required_argument, 0, 'j'},
       {"rebuild", no_argument, 0, 'r'},     {"json", no_argument, 0, 'J'},
-      {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
+      {"remote", required_argument, 0, 'R'}, {"upload", no_argument, 0, 'U'},
+      {"no-remote", no_argument, 0, 'N'},   {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  kiln_remote_options ro = KILN_REMOTE_OPTIONS_INIT;
+  int no_remote = 0;
   const char *arch = "all", *glob = NULL, *dir = NULL;
   kiln_build_options o = KILN_BUILD_OPTIONS_INIT;
   progress_state ps = {isatty(STDERR_FILENO), 0};
@@ -149,11 +185,17 @@ int cmd_build(int argc, char **argv) {
     }
     case 'r': o.rebuild = 1; break;
     case 'J': ps.json = 1; break;
+    case 'R': ro.url = optarg; break;
+    case 'U': ro.upload = 1; break;
+    case 'N': no_remote = 1; break;
     case 'h': fputs(usage, stdout); return EXIT_OK;
     default: return cli_usage_error("build", "bad option");
     }
   }
   if (optind < argc) return cli_usage_error("build", "unexpected argument '%s'", argv[optind]);
+  if (no_remote && (ro.url || ro.upload == 1))
+    return cli_usage_error("build", "--no-remote with --remote or --upload");
+  if (no_remote) ro.url = "";
   if ((st = kiln_targets_parse_list(&targets, &n_targets, arch)) != KILN_OK) {
     rc = cli_error("build", st);
     goto out;
@@ -164,8 +206,13 @@ int cmd_build(int argc, char **argv) {
                          kiln_unit_names(names, sizeof names));
     goto out;
   }
-  if ((st = cli_open_cache(&cache, dir, 1)) != KILN_OK) {
-    rc = cli_error("build", st);
+  if ((st = cli_open_cache(&cache, dir, 1)) != KILN_OK ||
+      (st = kiln_cache_set_remote(cache, &ro)) != KILN_OK) {
+    rc = st == KILN_EINVAL ? cli_usage_error("build", "%s", kiln_last_error()) : cli_error("build", st);
+    goto out;
+  }
+  if (ro.upload == 1 && !kiln_cache_remote_url(cache)) {
+    rc = cli_usage_error("build", "--upload needs a remote (--remote URL or KILN_REMOTE_URL)");
     goto out;
   }
   o.targets = targets;

@@ -11,7 +11,8 @@ static const char *usage =
     "usage: kiln cache <ls|stats|verify|gc|rm> [--cache DIR] [--json] [options]\n"
     "\n"
     "  ls                    every record: unit, target, kind, size, digest, layer\n"
-    "  stats                 counts and bytes of records, blobs, failures, quarantine\n"
+    "  stats                 counts and bytes of records, blobs, failures, quarantine,\n"
+    "                        and the remote cache's totals (hits, misses, errors, bytes)\n"
     "  verify                re-hash every blob; bad ones are reported and quarantined\n"
     "                        (exit status 1 if any)\n"
     "  gc --max-size SIZE    evict least recently used records until the blobs fit in\n"
@@ -55,10 +56,25 @@ static int do_ls(kiln_cache *c, const cache_args *a) {
   return EXIT_OK;
 }
 
+static json_t *remote_json(const kiln_remote_stats *r) {
+  json_t *o = json_object();
+  json_object_set_new(o, "hits", json_integer((json_int_t)r->hits));
+  json_object_set_new(o, "misses", json_integer((json_int_t)r->misses));
+  json_object_set_new(o, "errors", json_integer((json_int_t)r->errors));
+  json_object_set_new(o, "rejected", json_integer((json_int_t)r->rejected));
+  json_object_set_new(o, "bytes_down", json_integer((json_int_t)r->bytes_down));
+  json_object_set_new(o, "uploads", json_integer((json_int_t)r->uploads));
+  json_object_set_new(o, "bytes_up", json_integer((json_int_t)r->bytes_up));
+  json_object_set_new(o, "breaker_trips", json_integer((json_int_t)r->breaker_trips));
+  return o;
+}
+
 static int do_stats(kiln_cache *c, const cache_args *a) {
   kiln_cache_stats s;
-  char size[32];
+  kiln_remote_stats r;
+  char size[32], down[32], up[32];
   kiln_status st = kiln_cache_stats_get(c, &s);
+  if (st == KILN_OK) st = kiln_remote_stats_get(c, &r);
   if (st != KILN_OK) return cli_error("cache stats", st);
   if (a->json) {
     json_t *o = json_object();
@@ -70,6 +86,7 @@ static int do_stats(kiln_cache *c, const cache_args *a) {
     json_object_set_new(o, "quarantined", json_integer((json_int_t)s.quarantined));
     json_object_set_new(o, "layers", json_integer((json_int_t)s.layers));
     json_object_set_new(o, "layer_records", json_integer((json_int_t)s.layer_records));
+    json_object_set_new(o, "remote", remote_json(&r));
     cli_print_json(o);
     return EXIT_OK;
   }
@@ -80,6 +97,12 @@ static int do_stats(kiln_cache *c, const cache_args *a) {
   printf("quarantined:  %llu\n", (unsigned long long)s.quarantined);
   printf("ro layers:    %llu (%llu records)\n", (unsigned long long)s.layers,
          (unsigned long long)s.layer_records);
+  printf("remote:       %llu hits, %llu misses, %llu errors, %llu rejected, %s down; "
+         "%llu uploads, %s up; breaker tripped %llu times (totals of every process)\n",
+         (unsigned long long)r.hits, (unsigned long long)r.misses, (unsigned long long)r.errors,
+         (unsigned long long)r.rejected, cli_human_size(down, r.bytes_down),
+         (unsigned long long)r.uploads, cli_human_size(up, r.bytes_up),
+         (unsigned long long)r.breaker_trips);
   return EXIT_OK;
 }
 

@@ -186,3 +186,35 @@ kiln_status kiln_param_lease_stale_s(double *out) {
 kiln_status kiln_param_build_timeout_s(double *out) {
   return env_seconds(out, "KILN_BUILD_TIMEOUT", 7 * 24 * 3600, 1800);
 }
+
+/* ---- the remote cache ---- */
+
+static const char *env_str(const char *name) {
+  const char *v = getenv(name);
+  return v && *v ? v : NULL;
+}
+
+const char *kiln_param_remote_url(void) { return env_str("KILN_REMOTE_URL"); }
+const char *kiln_param_remote_token_file(void) { return env_str("KILN_REMOTE_TOKEN_FILE"); }
+const char *kiln_param_remote_hmac_key_file(void) { return env_str("KILN_REMOTE_HMAC_KEY_FILE"); }
+const char *kiln_param_remote_ca_file(void) { return env_str("KILN_REMOTE_CA_FILE"); }
+
+kiln_status kiln_param_remote_upload(int *out) {
+  return env_int(out, "KILN_REMOTE_UPLOAD", 0, 1, 0);
+}
+
+kiln_status kiln_param_remote_connect_timeout_s(double *out) {
+  return env_seconds(out, "KILN_REMOTE_CONNECT_TIMEOUT", 600, 5);
+}
+
+kiln_status kiln_param_remote_timeout_s(double *out) {
+  return env_seconds(out, "KILN_REMOTE_TIMEOUT", 3600, 60);
+}
+
+kiln_status kiln_param_remote_retries(int *out) {
+  return env_int(out, "KILN_REMOTE_RETRIES", 0, 10, 2);
+}
+
+kiln_status kiln_param_remote_parallel(int *out) {
+  return env_int(out, "KILN_REMOTE_PARALLEL", 1, 256, 16);
+}

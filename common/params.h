@@ -45,6 +45,21 @@ kiln_status kiln_param_test_compile_delay_ms(int *out);
  * compiles fail with a real NVRTC error (or NULL). */
 const char *kiln_param_test_inject_compile_error(void);
 
+/* The remote cache (include/kiln/remote.h). Strings are NULL when unset or
+ * empty. KILN_REMOTE_UPLOAD 0|1 (default 0); KILN_REMOTE_CONNECT_TIMEOUT
+ * (default 5 s) and KILN_REMOTE_TIMEOUT (one request, default 60 s), in
+ * seconds; KILN_REMOTE_RETRIES 0..10 (default 2); KILN_REMOTE_PARALLEL
+ * 1..256 (default 16). */
+const char *kiln_param_remote_url(void);
+const char *kiln_param_remote_token_file(void);
+const char *kiln_param_remote_hmac_key_file(void);
+const char *kiln_param_remote_ca_file(void);
+kiln_status kiln_param_remote_upload(int *out);
+kiln_status kiln_param_remote_connect_timeout_s(double *out);
+kiln_status kiln_param_remote_timeout_s(double *out);
+kiln_status kiln_param_remote_retries(int *out);
+kiln_status kiln_param_remote_parallel(int *out);
+
 /* Parses a decimal integer in [lo, hi] (whole string). */
 kiln_status kiln_parse_int(long long *out, const char *s, long long lo, long long hi,
                            const char *what);

@@ -223,6 +223,7 @@ static kiln_status build_target(build_state *b, int code, const char **names, si
   o.progress = on_progress;
   o.user = b;
   o.wait_timeout_s = p->timeout_s;
+  o.offline = p->offline; /* the remote may still have it */
   KILN_CHECK(kiln_build(&sum, p->cache, &o));
   pthread_mutex_lock(&b->lock);
   b->r->rep->compiled += sum->built;
@@ -314,14 +315,7 @@ static kiln_status root_build(run *r, const uint8_t *map, size_t missing) {
     pthread_cond_init(&b.cond, &ca);
     pthread_condattr_destroy(&ca);
   }
-  if (r->p.offline) {
-    b.finished = 1;
-    b.status = KILN_ENOTFOUND;
-    snprintf(b.message, sizeof b.message,
-             "coordination: %zu (unit, target) pair%s missing from every cache and the root "
-             "(rank 0) may not build (KILN_OFFLINE=1): run `kiln build` for them first",
-             missing, missing == 1 ? " is" : "s are");
-  } else if (pthread_create(&tid, NULL, build_main, &b) == 0) {
+  if (pthread_create(&tid, NULL, build_main, &b) == 0) {
     started = 1;
   } else {
     b.finished = 1;

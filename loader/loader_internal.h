@@ -46,6 +46,13 @@ kiln_status kiln_resolve_locked(kiln_loader *l, size_t u);
 /* Loads units[u] from the cache layers only: KILN_ENOTFOUND when none holds
  * a loadable artifact (l->lock held). */
 kiln_status kiln_resolve_cached_locked(kiln_loader *l, size_t u);
+/* Resolution step 3 (loader/resolve_remote.c): asks the cache's remote, if
+ * any, for units[0..n) that no local layer could load — exact CUBIN first,
+ * then compatible CUBIN and PTX — and loads what it gets (their modules are
+ * set). note gets a line on what the remote said, for the error if some are
+ * still missing. */
+kiln_status kiln_resolve_fetch_remote(kiln_loader *l, const size_t *units, size_t n, char *note,
+                                      size_t note_cap);
 /* The multi-rank warmup of units (loader/coord_warmup.c). */
 kiln_status kiln_warmup_comm(kiln_loader *l, const size_t *units, size_t n, const kiln_comm *comm);
 /* Resolves several units; their misses are built together, in parallel. */

@@ -213,6 +213,7 @@ static kiln_status build_missing(kiln_loader *l, const size_t *units, size_t n, 
   o.jobs = l->jobs;
   o.lease_stale_s = l->stale_s;
   o.wait_timeout_s = l->timeout_s;
+  o.no_remote = 1; /* step 3 asked it already */
   kiln_log(KILN_LOG_INFO, "building %zu unit%s for sm_%d with NVRTC (not in any cache layer)", n,
            n == 1 ? "" : "s", l->cc);
   KILN_CHECK(kiln_build(&sum, l->cache, &o));
@@ -240,6 +241,7 @@ out:
 
 static kiln_status resolve_units_locked(kiln_loader *l, const size_t *units, size_t n) {
   size_t *missing = calloc(n ? n : 1, sizeof *missing), n_missing = 0;
+  char note[512] = "";
   char (*held)[1024] = calloc(n ? n : 1, sizeof *held);
   kiln_status rc = KILN_OK;
   if (!missing || !held) {
@@ -263,8 +265,20 @@ static kiln_status resolve_units_locked(kiln_loader *l, const size_t *units, siz
     }
   }
   if (!n_missing) goto out;
+  /* step 3: the remote cache */
+  KILN_CHECK(kiln_resolve_fetch_remote(l, missing, n_missing, note, sizeof note));
+  for (size_t i = 0, kept = n_missing; i < kept; i++) {
+    if (!l->units[missing[i]].module) continue;
+    memmove(&missing[i], &missing[i + 1], (kept - i - 1) * sizeof *missing);
+    memmove(&held[i], &held[i + 1], (kept - i - 1) * sizeof *held);
+    kept--, n_missing--, i--;
+  }
+  if (!n_missing) goto out;
   if (l->offline) {
-    rc = no_artifact(l, missing[0], held[0], "KILN_OFFLINE=1 forbids building it here");
+    char reason[512];
+    snprintf(reason, sizeof reason, "KILN_OFFLINE=1 forbids building it here%s%s",
+             *note ? "; " : "", note);
+    rc = no_artifact(l, missing[0], held[0], reason);
     goto out;
   }
   rc = build_missing(l, missing, n_missing, held);

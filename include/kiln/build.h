@@ -26,6 +26,7 @@ typedef enum kiln_build_outcome {
   KILN_BUILD_BUILT = 1,  /* compiled and stored now */
   KILN_BUILD_FAILED = 2, /* compile or store failed (see error) */
   KILN_BUILD_SHARED = 3, /* built by another process sharing the cache while this one waited */
+  KILN_BUILD_FETCHED = 4, /* fetched from the remote cache (include/kiln/remote.h) */
 } kiln_build_outcome;
 
 typedef struct kiln_build_item {
@@ -36,7 +37,7 @@ typedef struct kiln_build_item {
   kiln_status status;  /* KILN_OK unless FAILED */
   char error[512];     /* one line, when FAILED */
   char *log_tail;      /* last lines of the build log when the compile failed */
-  kiln_record record;  /* valid for HIT and BUILT */
+  kiln_record record;  /* valid for HIT, BUILT, SHARED and FETCHED */
 } kiln_build_item;
 
 typedef struct kiln_build_summary {
@@ -44,6 +45,10 @@ typedef struct kiln_build_summary {
   kiln_build_item *items;
   size_t targets, hits, built, failed;
   size_t shared;    /* built by another process (single flight) */
+  size_t fetched;   /* from the remote cache */
+  size_t uploaded;  /* written back to the remote cache now */
+  kiln_status upload_status; /* KILN_OK, or why the write-back failed (the build did not) */
+  char upload_error[512];
   size_t taken_over; /* leases taken over from a stale or dead builder */
   uint64_t bytes;   /* bytes of every artifact in the plan */
   double wall_ms;
@@ -69,10 +74,19 @@ typedef struct kiln_build_options {
   double wait_timeout_s;  /* give up waiting for another builder after this; <= 0: KILN_BUILD_TIMEOUT */
   const char *const *units; /* exact unit names (instead of kernels_glob), or NULL */
   size_t n_units;
+  /* The cache's remote (kiln_cache_set_remote), if any: what this process
+   * wins the lease for is fetched from it before anything is compiled, and
+   * with upload on, every target of the plan that is in the cache afterwards
+   * is written back (a failed write-back is reported, never a failed build).
+   * no_remote skips both. */
+  int no_remote;
+  /* Compile nothing (KILN_OFFLINE): what neither the local layers nor the
+   * remote have fails with KILN_ENOTFOUND. */
+  int offline;
 } kiln_build_options;
 
 #define KILN_BUILD_OPTIONS_VERSION 1
-#define KILN_BUILD_OPTIONS_INIT {KILN_BUILD_OPTIONS_VERSION, NULL, 0, NULL, 0, 0, NULL, NULL, 0, 0, NULL, 0}
+#define KILN_BUILD_OPTIONS_INIT {KILN_BUILD_OPTIONS_VERSION, NULL, 0, NULL, 0, 0, NULL, NULL, 0, 0, NULL, 0, 0, 0}
 
 /* Builds the plan. KILN_OK when the plan ran (check summary->failed);
  * KILN_ENOTFOUND when the glob matches no unit; other codes when nothing could

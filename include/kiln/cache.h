@@ -29,11 +29,14 @@ typedef struct kiln_cache_options {
   const char *dir;     /* primary directory; NULL: from the environment */
   const char *ro_path; /* read-only layers, colon-separated; NULL: KILN_CACHE_PATH */
   int create;          /* create the primary directory (0700) if missing */
+  /* version 2: the remote HTTP cache (include/kiln/remote.h); NULL: from the
+   * environment (KILN_REMOTE_URL, none when unset) */
+  const struct kiln_remote_options *remote;
 } kiln_cache_options;
 
-#define KILN_CACHE_OPTIONS_VERSION 1
+#define KILN_CACHE_OPTIONS_VERSION 2
 #define KILN_CACHE_OPTIONS_INIT                                                                    \
-  { KILN_CACHE_OPTIONS_VERSION, NULL, NULL, 1 }
+  { KILN_CACHE_OPTIONS_VERSION, NULL, NULL, 1, NULL }
 
 /* One cache record. Strings are NUL-terminated; resources are -1 when unknown
  * (PTX has none). */

@@ -9,6 +9,7 @@
 #include "kiln/log.h"
 #include "kiln/ops.h"
 #include "kiln/probe.h"
+#include "kiln/remote.h"
 #include "kiln/status.h"
 #include "kiln/target.h"
 #include "kiln/version.h"

@@ -115,8 +115,8 @@ fresh
 expect_exit 0 build --cache "$C" --remote "$X"
 fallback "wrong bytes"
 stat_gt0 "wrong bytes" rejected
-clean "wrong bytes"
 grep -i "remote cache" "$ERR" | grep -q "scaled_softmax" || fail "wrong bytes: no warning naming the unit: $(head -3 "$ERR")"
+clean "wrong bytes"
 log "wrong bytes: rejected with a warning, compiled locally, verify clean"
 
 # ---- 6. a record that is not JSON ----

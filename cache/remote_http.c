@@ -1,0 +1,775 @@
+/* The remote cache's transport (cache/remote.h): parallel GET/HEAD/PUT over
+ * libcurl's multi interface, per-attempt timeouts, retries scheduled by time
+ * inside the multi loop (a backoff never blocks other transfers), a breaker
+ * that turns the remote off for the process, and the bounded body sink.
+ *
+ * Redirects are not followed: a 3xx is an error (EREMOTE). A cache that
+ * moves should be configured with its new URL, and following a Location to
+ * another host would hand it the bearer token.
+ *
+ * Secrets: the token travels only in an "Authorization" header built here; it
+ * is never in the URL, a log line or an error string. URLs with userinfo are
+ * refused at kiln_http_new, so printing base or a path cannot leak one. */
+#include <errno.h>   /* EINTR */
+#include <pthread.h> /* the breaker's mutex, curl_global_init once */
+#include <stdio.h>   /* snprintf */
+#include <stdlib.h>  /* calloc, free */
+#include <string.h>  /* memcpy, strcspn */
+#include <strings.h> /* strncasecmp */
+#include <time.h>    /* clock_gettime */
+#include <unistd.h>  /* write, ftruncate, lseek */
+
+#include <curl/curl.h>
+
+#include "cache/remote.h"
+#include "common/digest.h"
+#include "common/error.h"
+#include "common/logging.h"
+
+/* ---- body sink -------------------------------------------------------------- */
+
+/* Error bodies (non-2xx) are kept only this far, never validated. */
+#define KILN_HTTP_ERROR_BODY_MAX 4096
+
+struct kiln_http_sink {
+  int fd;
+  uint64_t max;
+  char expect[65];
+  kiln_sha256 *sha;
+  long status;         /* from the last status line, 0 none seen */
+  int64_t content_len; /* -1 unknown */
+  uint64_t got;        /* 2xx body bytes */
+  uint8_t *buf;
+  size_t len, cap;
+  int too_long, write_err, sha_err;
+  uint8_t *err_body; /* non-2xx body, capped */
+  size_t err_len;
+};
+
+static int sink_is_error(const kiln_http_sink *s) {
+  return s->status != 0 && (s->status < 200 || s->status > 299);
+}
+
+kiln_status kiln_http_sink_new(kiln_http_sink **out, int out_fd, uint64_t max_bytes,
+                               const char *expect_digest) {
+  kiln_status rc = KILN_OK;
+  kiln_http_sink *s = NULL;
+  if (!out) return kiln_fail(KILN_EINVAL, "kiln_http_sink_new: out is NULL");
+  *out = NULL;
+  if (expect_digest && !kiln_is_hex64(expect_digest)) {
+    rc = kiln_fail(KILN_EINVAL, "expected digest is not 64 lowercase hex digits");
+    goto out;
+  }
+  s = calloc(1, sizeof *s);
+  if (!s) {
+    rc = kiln_fail(KILN_ENOMEM, "http sink");
+    goto out;
+  }
+  s->fd = out_fd;
+  s->max = max_bytes;
+  s->content_len = -1;
+  if (expect_digest) {
+    memcpy(s->expect, expect_digest, 65);
+    KILN_CHECK(kiln_sha256_new(&s->sha));
+  }
+  *out = s;
+  s = NULL;
+out:
+  kiln_http_sink_free(s);
+  return rc;
+}
+
+/* The value of "Content-Length:" when it is only digits (and whitespace) and
+ * fits; -1 otherwise. */
+static int64_t parse_content_length(const char *p, const char *end) {
+  int64_t v = 0;
+  int digits = 0;
+  while (p < end && (*p == ' ' || *p == '\t'))
+    p++;
+  for (; p < end && *p >= '0' && *p <= '9'; p++) {
+    if (v > (INT64_MAX - 9) / 10) return -1;
+    v = v * 10 + (*p - '0');
+    digits++;
+  }
+  while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n'))
+    p++;
+  return (digits && p == end) ? v : -1;
+}
+
+/* "HTTP/1.1 200 OK" -> 200; 0 when malformed. */
+static long parse_status_line(const char *p, const char *end) {
+  long v = 0;
+  int digits = 0;
+  p += 5;
+  while (p < end && *p != ' ')
+    p++;
+  while (p < end && *p == ' ')
+    p++;
+  for (; p < end && *p >= '0' && *p <= '9' && digits < 3; p++, digits++)
+    v = v * 10 + (*p - '0');
+  return digits == 3 ? v : 0;
+}
+
+void kiln_http_sink_header(kiln_http_sink *s, const char *line, size_t len) {
+  static const char cl[] = "content-length:";
+  const char *end = line + len;
+  if (!s || !line) return;
+  if (len >= 5 && memcmp(line, "HTTP/", 5) == 0) {
+    /* A new response (after 100-continue, or a retry): its headers count. */
+    s->status = parse_status_line(line, end);
+    s->content_len = -1;
+    return;
+  }
+  if (len > sizeof cl - 1 && strncasecmp(line, cl, sizeof cl - 1) == 0)
+    s->content_len = parse_content_length(line + sizeof cl - 1, end);
+}
+
+static int sink_write_fd(kiln_http_sink *s, const uint8_t *p, size_t len) {
+  while (len > 0) {
+    ssize_t w = write(s->fd, p, len);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return -1;
+    p += w;
+    len -= (size_t)w;
+  }
+  return 0;
+}
+
+static int sink_write_mem(kiln_http_sink *s, const uint8_t *p, size_t len) {
+  if (s->cap - s->len < len + 1) {
+    size_t cap = s->cap ? s->cap : 4096;
+    uint8_t *nb;
+    while (cap - s->len < len + 1) {
+      if (cap > SIZE_MAX / 2) return -1;
+      cap *= 2;
+    }
+    nb = realloc(s->buf, cap);
+    if (!nb) return -1;
+    s->buf = nb;
+    s->cap = cap;
+  }
+  memcpy(s->buf + s->len, p, len);
+  s->len += len;
+  s->buf[s->len] = 0;
+  return 0;
+}
+
+size_t kiln_http_sink_body(kiln_http_sink *s, const void *data, size_t len) {
+  if (!s || (!data && len)) return 0;
+  if (len == 0) return 0;
+  if (sink_is_error(s)) {
+    /* Keep the start of an error body for the message; drop the rest. */
+    size_t keep = KILN_HTTP_ERROR_BODY_MAX - s->err_len;
+    if (keep > len) keep = len;
+    if (keep) {
+      uint8_t *nb = realloc(s->err_body, s->err_len + keep + 1);
+      if (nb) {
+        s->err_body = nb;
+        memcpy(nb + s->err_len, data, keep);
+        s->err_len += keep;
+        nb[s->err_len] = 0;
+      }
+    }
+    return len;
+  }
+  if (s->max && (s->got > s->max || len > s->max - s->got)) {
+    s->too_long = 1;
+    return 0;
+  }
+  if (s->sha && kiln_sha256_update(s->sha, data, len) != KILN_OK) {
+    s->sha_err = 1;
+    return 0;
+  }
+  if (s->fd >= 0 ? sink_write_fd(s, data, len) : sink_write_mem(s, data, len)) {
+    s->write_err = errno ? errno : EIO;
+    return 0;
+  }
+  s->got += len;
+  return len;
+}
+
+kiln_status kiln_http_sink_finish(kiln_http_sink *s, uint8_t **data, size_t *len) {
+  kiln_status rc = KILN_OK;
+  char hex[65];
+  if (data) *data = NULL;
+  if (len) *len = 0;
+  if (!s) return kiln_fail(KILN_EINVAL, "kiln_http_sink_finish: sink is NULL");
+  if (sink_is_error(s)) goto out; /* nothing to validate: the status says it all */
+  if (s->too_long) {
+    rc = kiln_fail(KILN_ECORRUPT, "body larger than %llu bytes", (unsigned long long)s->max);
+    goto out;
+  }
+  if (s->write_err) {
+    rc = kiln_fail_errno(KILN_EIO, s->write_err, "writing the downloaded body");
+    goto out;
+  }
+  if (s->sha_err) {
+    rc = kiln_fail(KILN_EINTERNAL, "hashing the downloaded body");
+    goto out;
+  }
+  if (s->content_len >= 0 && s->got != (uint64_t)s->content_len) {
+    rc = kiln_fail(KILN_ECORRUPT, "%s: got %llu of %lld bytes",
+                   s->got < (uint64_t)s->content_len ? "truncated" : "too long",
+                   (unsigned long long)s->got, (long long)s->content_len);
+    goto out;
+  }
+  if (s->sha) {
+    KILN_CHECK(kiln_sha256_final_hex(s->sha, hex));
+    if (strcmp(hex, s->expect) != 0) {
+      rc = kiln_fail(KILN_ECORRUPT, "digest mismatch: expected %.12s..., got %.12s...", s->expect,
+                     hex);
+      goto out;
+    }
+  }
+  if (s->fd < 0 && data) {
+    if (!s->buf) s->buf = calloc(1, 1); /* an empty body is "" */
+    if (!s->buf) {
+      rc = kiln_fail(KILN_ENOMEM, "http body");
+      goto out;
+    }
+    *data = s->buf;
+    if (len) *len = s->len;
+    s->buf = NULL;
+    s->len = s->cap = 0;
+  }
+out:
+  return rc;
+}
+
+void kiln_http_sink_free(kiln_http_sink *s) {
+  if (!s) return;
+  kiln_sha256_free(s->sha);
+  free(s->buf);
+  free(s->err_body);
+  free(s);
+}
+
+/* ---- transport -------------------------------------------------------------- */
+
+struct kiln_http {
+  kiln_http_config cfg;
+  pthread_mutex_t mu; /* guards the breaker */
+  int consecutive;    /* failed requests in a row */
+  int open;
+  int trips;
+};
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_rc = CURLE_FAILED_INIT;
+
+static void curl_init_once(void) {
+  curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* "http[s]://authority/..." with no userinfo in the authority. */
+static kiln_status check_base(const char *base) {
+  const char *a, *end;
+  if (strncmp(base, "http://", 7) == 0)
+    a = base + 7;
+  else if (strncmp(base, "https://", 8) == 0)
+    a = base + 8;
+  else
+    return kiln_fail(KILN_EINVAL, "remote cache URL must start with http:// or https://");
+  end = a + strcspn(a, "/?#");
+  if (memchr(a, '@', (size_t)(end - a)))
+    return kiln_fail(KILN_EINVAL, "remote cache URL has credentials: put credentials in .netrc "
+                                  "or KILN_REMOTE_TOKEN_FILE, not in the URL");
+  if (end == a) return kiln_fail(KILN_EINVAL, "remote cache URL has no host");
+  if (strpbrk(base, " \t\r\n"))
+    return kiln_fail(KILN_EINVAL, "remote cache URL contains whitespace");
+  return KILN_OK;
+}
+
+kiln_status kiln_http_new(kiln_http **out, const kiln_http_config *cfg) {
+  kiln_status rc = KILN_OK;
+  kiln_http *h = NULL;
+  if (!out || !cfg) return kiln_fail(KILN_EINVAL, "kiln_http_new: NULL argument");
+  *out = NULL;
+  if (!memchr(cfg->base, 0, sizeof cfg->base) || !memchr(cfg->token, 0, sizeof cfg->token) ||
+      !memchr(cfg->ca_file, 0, sizeof cfg->ca_file)) {
+    rc = kiln_fail(KILN_EINVAL, "remote cache config: unterminated string");
+    goto out;
+  }
+  KILN_CHECK(check_base(cfg->base));
+  if (strpbrk(cfg->token, "\r\n")) {
+    rc = kiln_fail(KILN_EINVAL, "remote cache token contains a line break");
+    goto out;
+  }
+  pthread_once(&curl_once, curl_init_once);
+  if (curl_init_rc != CURLE_OK) {
+    rc = kiln_fail(KILN_EREMOTE, "curl_global_init: %s", curl_easy_strerror(curl_init_rc));
+    goto out;
+  }
+  h = calloc(1, sizeof *h);
+  if (!h) {
+    rc = kiln_fail(KILN_ENOMEM, "kiln_http");
+    goto out;
+  }
+  h->cfg = *cfg;
+  if (h->cfg.parallel < 1) h->cfg.parallel = 1;
+  if (h->cfg.retries < 0) h->cfg.retries = 0;
+  if (h->cfg.backoff_ms < 0) h->cfg.backoff_ms = 0;
+  pthread_mutex_init(&h->mu, NULL);
+  *out = h;
+out:
+  return rc;
+}
+
+void kiln_http_free(kiln_http *h) {
+  if (!h) return;
+  pthread_mutex_destroy(&h->mu);
+  memset(h->cfg.token, 0, sizeof h->cfg.token);
+  free(h);
+}
+
+int kiln_http_breaker_open(const kiln_http *h) {
+  int v;
+  if (!h) return 0;
+  pthread_mutex_lock((pthread_mutex_t *)&h->mu);
+  v = h->open;
+  pthread_mutex_unlock((pthread_mutex_t *)&h->mu);
+  return v;
+}
+
+int kiln_http_breaker_trips(const kiln_http *h) {
+  int v;
+  if (!h) return 0;
+  pthread_mutex_lock((pthread_mutex_t *)&h->mu);
+  v = h->trips;
+  pthread_mutex_unlock((pthread_mutex_t *)&h->mu);
+  return v;
+}
+
+void kiln_http_reqs_reset(kiln_http_req *reqs, size_t n) {
+  for (size_t i = 0; reqs && i < n; i++) {
+    free(reqs[i].data);
+    reqs[i].data = NULL;
+    reqs[i].len = 0;
+    reqs[i].status = 0;
+    reqs[i].rc = KILN_OK;
+    reqs[i].bytes_down = reqs[i].bytes_up = 0;
+    reqs[i].attempts = 0;
+    reqs[i].error[0] = 0;
+  }
+}
+
+static const char *method_name(kiln_http_method m) {
+  return m == KILN_HTTP_HEAD ? "HEAD" : m == KILN_HTTP_PUT ? "PUT" : "GET";
+}
+
+/* One request's progress through the run. */
+typedef enum { XF_WAITING, XF_RUNNING, XF_DONE } xf_phase;
+
+typedef struct xfer {
+  kiln_http_req *req;
+  xf_phase phase;
+  uint64_t ready_at; /* WAITING: not before */
+  uint64_t started;  /* first attempt */
+  CURL *easy;
+  kiln_http_sink *sink;
+  size_t up_off;
+  char errbuf[CURL_ERROR_SIZE];
+} xfer;
+
+typedef struct run {
+  kiln_http *h;
+  CURLM *multi;
+  struct curl_slist *hdr_get, *hdr_put;
+  CURL **pool; /* idle easy handles, reused so connections and TLS sessions stay warm */
+  size_t npool;
+  unsigned seed;
+} run;
+
+static size_t on_header(char *p, size_t size, size_t n, void *u) {
+  xfer *x = u;
+  kiln_http_sink_header(x->sink, p, size * n);
+  return size * n;
+}
+
+static size_t on_body(char *p, size_t size, size_t n, void *u) {
+  xfer *x = u;
+  size_t len = size * n;
+  x->req->bytes_down += len;
+  if (x->req->method != KILN_HTTP_GET) return len; /* PUT/HEAD answers are not kept */
+  return kiln_http_sink_body(x->sink, p, len);
+}
+
+static size_t on_read(char *p, size_t size, size_t n, void *u) {
+  xfer *x = u;
+  size_t left = x->req->body_len - x->up_off, len = size * n;
+  if (len > left) len = left;
+  if (len) memcpy(p, (const uint8_t *)x->req->body + x->up_off, len);
+  x->up_off += len;
+  x->req->bytes_up += len;
+  return len;
+}
+
+/* Settles r with rc and the one-line error "GET ac/<key>: <detail> (N attempts)". */
+static void finish_req(kiln_http_req *r, kiln_status rc, const char *detail) {
+  r->rc = rc;
+  snprintf(r->error, sizeof r->error, "%s %.100s: %.120s (%d attempt%s)", method_name(r->method),
+           r->path, detail, r->attempts, r->attempts == 1 ? "" : "s");
+}
+
+/* Sets up x's easy handle for its next attempt. */
+static kiln_status xfer_setup(run *R, xfer *x) {
+  kiln_status rc = KILN_OK;
+  const kiln_http_config *c = &R->h->cfg;
+  kiln_http_req *r = x->req;
+  char url[2048 + 200];
+  const char *netrc_file = getenv("NETRC");
+  CURL *e = NULL;
+  int n = snprintf(url, sizeof url, "%s/%s", c->base, r->path);
+  if (n < 0 || (size_t)n >= sizeof url) {
+    rc = kiln_fail(KILN_EINVAL, "URL too long");
+    goto out;
+  }
+  if (r->method == KILN_HTTP_GET && r->out_fd >= 0 && r->attempts > 0) {
+    /* A retry starts the file over. */
+    if (ftruncate(r->out_fd, 0) != 0 || lseek(r->out_fd, 0, SEEK_SET) != 0) {
+      rc = kiln_fail_errno(KILN_EIO, errno, "truncating the download file");
+      goto out;
+    }
+  }
+  kiln_http_sink_free(x->sink);
+  x->sink = NULL;
+  KILN_CHECK(kiln_http_sink_new(&x->sink, r->method == KILN_HTTP_GET ? r->out_fd : -1,
+                                r->method == KILN_HTTP_GET ? r->max_bytes : 0,
+                                r->method == KILN_HTTP_GET ? r->expect_digest : NULL));
+  if (R->npool) {
+    e = R->pool[--R->npool];
+    curl_easy_reset(e);
+  } else if (!(e = curl_easy_init())) {
+    rc = kiln_fail(KILN_ENOMEM, "curl_easy_init");
+    goto out;
+  }
+  x->easy = e;
+  x->up_off = 0;
+  x->errbuf[0] = 0;
+  curl_easy_setopt(e, CURLOPT_URL, url);
+  curl_easy_setopt(e, CURLOPT_PRIVATE, x);
+  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(e, CURLOPT_VERBOSE, 0L);
+  curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
+  curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
+  curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
+  curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L);
+  curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
+  if (c->ca_file[0]) curl_easy_setopt(e, CURLOPT_CAINFO, c->ca_file);
+  if (c->connect_timeout_ms > 0)
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, c->connect_timeout_ms);
+  if (c->timeout_ms > 0) curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, c->timeout_ms);
+  if (c->netrc) {
+    curl_easy_setopt(e, CURLOPT_NETRC, (long)CURL_NETRC_OPTIONAL);
+    /* libcurl does not read $NETRC itself. */
+    if (netrc_file && netrc_file[0]) curl_easy_setopt(e, CURLOPT_NETRC_FILE, netrc_file);
+  }
+  curl_easy_setopt(e, CURLOPT_ERRORBUFFER, x->errbuf);
+  curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
+  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(e, CURLOPT_WRITEDATA, x);
+  if (r->method == KILN_HTTP_HEAD) {
+    curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+  } else if (r->method == KILN_HTTP_PUT) {
+    curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(e, CURLOPT_READFUNCTION, on_read);
+    curl_easy_setopt(e, CURLOPT_READDATA, x);
+    curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)r->body_len);
+  } else {
+    curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+  }
+  curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->method == KILN_HTTP_PUT ? R->hdr_put : R->hdr_get);
+  if (curl_multi_add_handle(R->multi, e) != CURLM_OK) {
+    rc = kiln_fail(KILN_EREMOTE, "curl_multi_add_handle failed");
+    goto out;
+  }
+  r->attempts++;
+  x->phase = XF_RUNNING;
+out:
+  if (rc != KILN_OK && e) {
+    x->easy = NULL;
+    R->pool[R->npool++] = e;
+  }
+  return rc;
+}
+
+static int retryable_curl(CURLcode cc) {
+  switch (cc) {
+  case CURLE_COULDNT_RESOLVE_HOST:
+  case CURLE_COULDNT_CONNECT:
+  case CURLE_RECV_ERROR:
+  case CURLE_SEND_ERROR:
+  case CURLE_PARTIAL_FILE:
+  case CURLE_OPERATION_TIMEDOUT:
+  case CURLE_GOT_NOTHING:
+  case CURLE_HTTP2:
+  case CURLE_HTTP2_STREAM:
+  case CURLE_SSL_CONNECT_ERROR:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+static kiln_status status_rc(long st) {
+  if (st >= 200 && st <= 299) return KILN_OK;
+  if (st == 404) return KILN_ENOTFOUND;
+  if (st == 401 || st == 403) return KILN_EPERM;
+  if (st == 405 || st == 501) return KILN_EUNSUPPORTED;
+  return KILN_EREMOTE;
+}
+
+/* Counts a finished request against the breaker; opens it at the threshold. */
+static void breaker_note(kiln_http *h, const kiln_http_req *r) {
+  int failed = r->rc == KILN_EREMOTE || r->rc == KILN_ETIMEDOUT;
+  int opened = 0, count = 0;
+  pthread_mutex_lock(&h->mu);
+  if (r->rc == KILN_OK || r->rc == KILN_ENOTFOUND)
+    h->consecutive = 0;
+  else if (failed)
+    h->consecutive++;
+  if (failed && !h->open && h->cfg.breaker_threshold > 0 &&
+      h->consecutive >= h->cfg.breaker_threshold) {
+    h->open = 1;
+    h->trips = 1;
+    opened = 1;
+    count = h->consecutive;
+  }
+  pthread_mutex_unlock(&h->mu);
+  if (opened)
+    kiln_log(KILN_LOG_WARN,
+             "remote cache %s turned off for this process after %d failed requests: %s",
+             h->cfg.base, count, r->error);
+}
+
+static void release_easy(run *R, xfer *x) {
+  if (!x->easy) return;
+  curl_multi_remove_handle(R->multi, x->easy);
+  R->pool[R->npool++] = x->easy;
+  x->easy = NULL;
+}
+
+static void finalize(run *R, xfer *x) {
+  kiln_http_req *r = x->req;
+  x->phase = XF_DONE;
+  kiln_http_sink_free(x->sink);
+  x->sink = NULL;
+  breaker_note(R->h, r);
+  kiln_log(KILN_LOG_DEBUG,
+           "remote %s %s: status %ld, %llu bytes down, %llu up, %llu ms, %d attempt%s: %s",
+           method_name(r->method), r->path, r->status, (unsigned long long)r->bytes_down,
+           (unsigned long long)r->bytes_up, (unsigned long long)(now_ms() - x->started),
+           r->attempts, r->attempts == 1 ? "" : "s", r->rc == KILN_OK ? "ok" : r->error);
+}
+
+static uint64_t backoff_for(run *R, int attempts) {
+  uint64_t d = (uint64_t)R->h->cfg.backoff_ms;
+  for (int i = 1; i < attempts && d < 2000; i++)
+    d *= 2;
+  if (d > 2000) d = 2000;
+  /* jitter: between half and all of the delay */
+  return d / 2 + (d ? (uint64_t)rand_r(&R->seed) % (d / 2 + 1) : 0);
+}
+
+/* One attempt of x ended with curl code cc: retry it, or settle its result. */
+static void on_done(run *R, xfer *x, CURLcode cc) {
+  kiln_http_req *r = x->req;
+  long st = 0;
+  kiln_status rc;
+  int retry;
+  char detail[200];
+  curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &st);
+  r->status = st;
+  release_easy(R, x);
+  retry = cc == CURLE_OK ? (st >= 500 || st == 429) : retryable_curl(cc);
+  if (retry && r->attempts <= R->h->cfg.retries && !kiln_http_breaker_open(R->h)) {
+    x->phase = XF_WAITING;
+    x->ready_at = now_ms() + backoff_for(R, r->attempts);
+    return;
+  }
+  if (cc == CURLE_OK && st >= 200 && st <= 299) {
+    if (r->method == KILN_HTTP_GET) {
+      rc = kiln_http_sink_finish(x->sink, r->out_fd >= 0 ? NULL : &r->data, &r->len);
+      if (rc != KILN_OK) {
+        snprintf(detail, sizeof detail, "%s", kiln_last_error());
+        finish_req(r, rc, detail);
+        goto out;
+      }
+    }
+    r->rc = KILN_OK;
+    r->error[0] = 0;
+  } else if (cc == CURLE_OK) {
+    snprintf(detail, sizeof detail, "HTTP %ld", st);
+    finish_req(r, status_rc(st), detail);
+  } else if (cc == CURLE_WRITE_ERROR || cc == CURLE_PARTIAL_FILE) {
+    /* The sink stopped the transfer, or the body came short: the sink says why. */
+    rc = kiln_http_sink_finish(x->sink, NULL, NULL);
+    if (rc == KILN_OK) rc = KILN_ECORRUPT;
+    snprintf(detail, sizeof detail, "%s",
+             rc == KILN_ECORRUPT || rc == KILN_EIO ? kiln_last_error() : curl_easy_strerror(cc));
+    if (cc == CURLE_PARTIAL_FILE && strncmp(detail, "truncated", 9) != 0)
+      snprintf(detail, sizeof detail, "truncated: %s", curl_easy_strerror(cc));
+    finish_req(r, rc, detail);
+  } else {
+    snprintf(detail, sizeof detail, "%s", curl_easy_strerror(cc));
+    finish_req(r, cc == CURLE_OPERATION_TIMEDOUT ? KILN_ETIMEDOUT : KILN_EREMOTE, detail);
+  }
+out:
+  finalize(R, x);
+}
+
+static void fail_breaker(run *R, xfer *x) {
+  kiln_http_req *r = x->req;
+  r->rc = KILN_EREMOTE;
+  snprintf(r->error, sizeof r->error, "%s %s: remote cache turned off (breaker open)",
+           method_name(r->method), r->path);
+  x->phase = XF_DONE;
+  kiln_http_sink_free(x->sink);
+  x->sink = NULL;
+  (void)R;
+}
+
+static kiln_status run_loop(run *R, xfer *xs, size_t n) {
+  kiln_status rc = KILN_OK;
+  size_t done = 0, running = 0;
+  while (done < n) {
+    uint64_t now = now_ms(), wait = 1000;
+    int still = 0, left = 0;
+    CURLMsg *m;
+    int open = kiln_http_breaker_open(R->h);
+    done = 0;
+    for (size_t i = 0; i < n; i++) {
+      xfer *x = &xs[i];
+      if (x->phase == XF_WAITING && open) fail_breaker(R, x);
+      if (x->phase == XF_WAITING && running < (size_t)R->h->cfg.parallel) {
+        if (x->ready_at <= now) {
+          if (!x->started) x->started = now;
+          if (xfer_setup(R, x) != KILN_OK) {
+            finish_req(x->req, KILN_EREMOTE, kiln_last_error());
+            finalize(R, x);
+          } else {
+            running++;
+          }
+        } else if (x->ready_at - now < wait) {
+          wait = x->ready_at - now;
+        }
+      }
+      if (x->phase == XF_DONE) done++;
+    }
+    if (done == n) break;
+    if (curl_multi_perform(R->multi, &still) != CURLM_OK) {
+      rc = kiln_fail(KILN_EREMOTE, "curl_multi_perform failed");
+      goto out;
+    }
+    while ((m = curl_multi_info_read(R->multi, &left))) {
+      char *priv = NULL;
+      xfer *x;
+      if (m->msg != CURLMSG_DONE) continue;
+      curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, &priv);
+      x = (xfer *)(void *)priv;
+      running--;
+      on_done(R, x, m->data.result);
+      wait = 0; /* a slot is free or a retry may be due: look again now */
+    }
+    if (wait && curl_multi_poll(R->multi, NULL, 0, (int)wait, NULL) != CURLM_OK) {
+      rc = kiln_fail(KILN_EREMOTE, "curl_multi_poll failed");
+      goto out;
+    }
+  }
+out:
+  return rc;
+}
+
+kiln_status kiln_http_run(kiln_http *h, kiln_http_req *reqs, size_t n) {
+  kiln_status rc = KILN_OK;
+  run R = {0};
+  xfer *xs = NULL;
+  char auth[1100];
+  if (!h || (!reqs && n)) return kiln_fail(KILN_EINVAL, "kiln_http_run: NULL argument");
+  for (size_t i = 0; i < n; i++) {
+    reqs[i].status = 0;
+    reqs[i].rc = KILN_OK;
+    reqs[i].data = NULL;
+    reqs[i].len = 0;
+    reqs[i].bytes_down = reqs[i].bytes_up = 0;
+    reqs[i].attempts = 0;
+    reqs[i].error[0] = 0;
+  }
+  if (kiln_http_breaker_open(h)) {
+    for (size_t i = 0; i < n; i++) {
+      reqs[i].rc = KILN_EREMOTE;
+      snprintf(reqs[i].error, sizeof reqs[i].error, "%s %s: remote cache turned off (breaker open)",
+               method_name(reqs[i].method), reqs[i].path);
+    }
+    rc = kiln_fail(KILN_EREMOTE, "remote cache turned off (breaker open)");
+    goto out;
+  }
+  if (n == 0) goto out;
+  R.h = h;
+  R.seed = (unsigned)now_ms() ^ (unsigned)(uintptr_t)&R;
+  xs = calloc(n, sizeof *xs);
+  R.pool = calloc((size_t)h->cfg.parallel, sizeof *R.pool);
+  R.multi = curl_multi_init();
+  if (!xs || !R.pool || !R.multi) {
+    rc = kiln_fail(KILN_ENOMEM, "remote transfers");
+    goto out;
+  }
+  curl_multi_setopt(R.multi, CURLMOPT_PIPELINING, (long)CURLPIPE_MULTIPLEX);
+  curl_multi_setopt(R.multi, CURLMOPT_MAX_HOST_CONNECTIONS, (long)h->cfg.parallel);
+  if (h->cfg.token[0]) {
+    int k = snprintf(auth, sizeof auth, "Authorization: Bearer %s", h->cfg.token);
+    if (k < 0 || (size_t)k >= sizeof auth) {
+      rc = kiln_fail(KILN_EINVAL, "remote cache token too long");
+      goto out;
+    }
+    if (!(R.hdr_get = curl_slist_append(NULL, auth))) {
+      rc = kiln_fail(KILN_ENOMEM, "headers");
+      goto out;
+    }
+    if (!(R.hdr_put = curl_slist_append(NULL, auth))) {
+      rc = kiln_fail(KILN_ENOMEM, "headers");
+      goto out;
+    }
+  }
+  /* PUT: no "Expect: 100-continue" round trip; bodies are small and idempotent. */
+  {
+    struct curl_slist *t = curl_slist_append(R.hdr_put, "Expect:");
+    if (!t) {
+      rc = kiln_fail(KILN_ENOMEM, "headers");
+      goto out;
+    }
+    R.hdr_put = t;
+  }
+  for (size_t i = 0; i < n; i++) {
+    xs[i].req = &reqs[i];
+    xs[i].phase = XF_WAITING;
+  }
+  rc = run_loop(&R, xs, n);
+out:
+  for (size_t i = 0; xs && i < n; i++) {
+    if (xs[i].phase != XF_DONE) {
+      release_easy(&R, &xs[i]);
+      reqs[i].rc = KILN_EREMOTE;
+      snprintf(reqs[i].error, sizeof reqs[i].error, "%s %s: transfer aborted",
+               method_name(reqs[i].method), reqs[i].path);
+    }
+    kiln_http_sink_free(xs[i].sink);
+  }
+  for (size_t i = 0; i < R.npool; i++)
+    curl_easy_cleanup(R.pool[i]);
+  if (R.multi) curl_multi_cleanup(R.multi);
+  curl_slist_free_all(R.hdr_get);
+  curl_slist_free_all(R.hdr_put);
+  memset(auth, 0, sizeof auth);
+  free(R.pool);
+  free(xs);
+  return rc;
+}
