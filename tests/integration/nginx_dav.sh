@@ -48,16 +48,22 @@ master_pid() {
 # Pids of the nginx processes that have DIR's error log open: the master and
 # its workers, and workers left behind by a master that was killed.
 ours() {
-  local log=$1/logs/error.log p f
-  for p in /proc/[0-9]*; do
-    [[ $(cat "$p/comm" 2>/dev/null) == nginx ]] || continue
-    for f in "$p"/fd/*; do
-      if [[ $(readlink "$f" 2>/dev/null) == "$log" ]]; then
-        printf '%s\n' "${p#/proc/}"
-        break
-      fi
+  local log=$1/logs/error.log p
+  # one find over every process's fds (no fork per fd: a busy machine has many)
+  find /proc/[0-9]*/fd -maxdepth 1 -lname "$log" 2>/dev/null | cut -d/ -f3 | sort -u |
+    while read -r p; do
+      [[ $(cat "/proc/$p/comm" 2>/dev/null) == nginx ]] && printf '%s\n' "$p"
     done
-  done
+  return 0
+}
+
+# alive PID: running and not a zombie (a daemon's exit is reaped by init,
+# which may take a while).
+alive() {
+  local st
+  st=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  st=${st##*) }
+  [[ ${st:0:1} != Z ]]
 }
 
 stop() {
@@ -66,9 +72,9 @@ stop() {
   dir=$(realpath "$dir")
   if pid=$(master_pid "$dir"); then
     kill -QUIT "$pid" 2>/dev/null || true
-    for ((i = 0; i < 50; i++)); do # 5 s for a graceful stop
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
+    for ((i = 0; i < 100; i++)); do # 5 s for a graceful stop
+      alive "$pid" || break
+      sleep 0.05
     done
   fi
   for ((i = 0; i < 3; i++)); do

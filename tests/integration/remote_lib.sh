@@ -5,9 +5,10 @@
 #
 # It skips (77) when nginx or curl is missing, and gives:
 #   serve NAME [nginx_dav.sh options]   an nginx WebDAV server in $T/NAME (root
-#                                       $T/NAME/root), stopped at exit; prints its URL
+#                                       $T/NAME/root); prints its URL
 #   fault_serve NAME MODE [options]     tests/integration/fault_server.py serving
-#                                       $T/NAME/root, killed at exit; prints its URL
+#                                       $T/NAME/root; prints its URL
+#   (both are stopped when the test ends, by stop_servers)
 #   set_mode URL MODE                   switches a fault server's mode
 #   fill NAME SRC                       copies the server root $T/SRC/root into $T/NAME/root
 #   requests NAME                       lines in NAME's request log so far
@@ -22,23 +23,39 @@ IT_DIR=$(dirname "$(realpath "${BASH_SOURCE[0]}")")
 ND=$IT_DIR/nginx_dav.sh
 FAULT_SERVER=$IT_DIR/fault_server.py
 
+# Every server under $T is stopped when the test ends, whatever way it ends.
+# (serve and fault_serve run inside $(...): a cleanup registered there, or a
+# pid added to BG_PIDS there, would be lost with that subshell.)
+stop_servers() {
+  local d pid
+  for d in "$T"/*/; do
+    [[ -f $d/conf/nginx.conf ]] && bash "$ND" stop "$d"
+    if [[ -f $d/fault.pid ]]; then
+      pid=$(cat "$d/fault.pid")
+      kill -TERM "$pid" 2>/dev/null && sleep 0.3
+      kill -KILL "$pid" 2>/dev/null
+    fi
+  done
+  return 0
+}
+at_exit stop_servers
+
 serve() {
   local name=$1
   shift
-  at_exit "bash '$ND' stop '$T/$name'"
   bash "$ND" start "$T/$name" "$@" >"$T/$name.start" || die "nginx_dav.sh start $name $* failed"
   head -1 "$T/$name.start"
 }
 
 fault_serve() {
-  local name=$1 mode=$2 port
+  local name=$1 mode=$2
   shift 2
   [[ -f $FAULT_SERVER ]] || die "no $FAULT_SERVER"
   mkdir -p "$T/$name/root"
   rm -f "$T/$name/port"
   python3 "$FAULT_SERVER" --port-file "$T/$name/port" --root "$T/$name/root" --mode "$mode" \
     --log "$T/$name/requests.log" "$@" >"$T/$name/server.log" 2>&1 &
-  BG_PIDS+=($!)
+  echo $! >"$T/$name/fault.pid"
   wait_for 10 "fault_server.py $name to write its port" test -s "$T/$name/port" ||
     die "fault_server.py did not start: $(cat "$T/$name/server.log")"
   printf 'http://127.0.0.1:%s\n' "$(tr -dc 0-9 <"$T/$name/port")"
@@ -79,7 +96,7 @@ secret_free() {
   local what=$1 secret=$2 hits
   shift 2
   hits=$(grep -rlaF -- "$secret" "$@" 2>/dev/null || true)
-  [[ -z $hits ]] || fail "$what: the secret appears in: $(echo $hits)"
+  [[ -z $hits ]] || fail "$what: the secret appears in: ${hits//$'\n'/ }"
 }
 
 timed() {

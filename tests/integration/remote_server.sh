@@ -13,11 +13,18 @@ command -v nginx >/dev/null || skip "nginx is not installed (scripts/install-dep
 command -v curl >/dev/null || skip "curl is not installed"
 ND=$(dirname "$(realpath "$0")")/nginx_dav.sh
 
-# serve NAME ARGS...: starts a server in $T/NAME, stopped when the test ends.
+# Every server under $T is stopped when the test ends (serve runs inside
+# $(...), where a cleanup registered with at_exit would be lost).
+stop_servers() {
+  local d
+  for d in "$T"/*/; do [[ -f $d/conf/nginx.conf ]] && bash "$ND" stop "$d"; done
+  return 0
+}
+at_exit stop_servers
+# serve NAME ARGS...: starts a server in $T/NAME; prints its URL.
 serve() {
   local name=$1
   shift
-  at_exit "bash '$ND' stop '$T/$name'"
   bash "$ND" start "$T/$name" "$@" >"$T/$name.start" || die "nginx_dav.sh start $name $* failed"
   head -1 "$T/$name.start"
 }
