@@ -32,6 +32,7 @@ typedef struct doctor_ctx {
   kiln_target archs[MAX_GPU_ARCHS];
   size_t n_archs;
   int nvrtc;
+  char remote_error[512]; /* the cache opened only without its remote: why */
 } doctor_ctx;
 
 static const char *const status_names[] = {"PASS", "WARN", "FAIL", "SKIP"};
@@ -53,7 +54,8 @@ void doctor_add(kiln_doctor_report *r, const char *id, kiln_doctor_status st, co
   va_start(ap, fmt);
   vsnprintf(c->summary, sizeof c->summary, fmt, ap);
   va_end(ap);
-  snprintf(c->fix, sizeof c->fix, "%s", fix && st != KILN_DOCTOR_PASS && st != KILN_DOCTOR_SKIP ? fix : "");
+  snprintf(c->fix, sizeof c->fix, "%s",
+           fix && st != KILN_DOCTOR_PASS && st != KILN_DOCTOR_SKIP ? fix : "");
   r->counts[st]++;
 }
 
@@ -124,12 +126,14 @@ static void check_nvrtc(doctor_ctx *x) {
                "would fail at start-up: nothing to build with",
                missing, names);
   else if (missing == 0) /* a production image need not ship NVRTC */
-    doctor_add(x->r, "nvrtc", KILN_DOCTOR_PASS, NULL,
-               "NVRTC not loadable, not needed: the caches cover every unit on this machine's GPUs");
+    doctor_add(
+        x->r, "nvrtc", KILN_DOCTOR_PASS, NULL,
+        "NVRTC not loadable, not needed: the caches cover every unit on this machine's GPUs");
   else
-    doctor_add(x->r, "nvrtc", KILN_DOCTOR_WARN,
-               "install NVRTC or set KILN_NVRTC_LIBRARY (not needed where the caches cover every GPU)",
-               "NVRTC not loadable (%s): nothing can be built here", kiln_last_error());
+    doctor_add(
+        x->r, "nvrtc", KILN_DOCTOR_WARN,
+        "install NVRTC or set KILN_NVRTC_LIBRARY (not needed where the caches cover every GPU)",
+        "NVRTC not loadable (%s): nothing can be built here", kiln_last_error());
 }
 
 /* "nvrtc-13.0" -> 13000; 0 when unknown. */
@@ -277,8 +281,8 @@ static void check_leases(doctor_ctx *x) {
     const char *host = (const char *)sqlite3_column_text(st, 2);
     long pid = (long)sqlite3_column_int64(st, 3);
     double age_s = (double)(now - sqlite3_column_int64(st, 4)) / 1000;
-    int dead = host && strcmp(host, x->cache->host) == 0 && kill((pid_t)pid, 0) != 0 &&
-               errno == ESRCH;
+    int dead =
+        host && strcmp(host, x->cache->host) == 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
     if (!dead && age_s <= stale_s) {
       live++;
       continue;
@@ -287,8 +291,7 @@ static void check_leases(doctor_ctx *x) {
     if (n < sizeof list)
       n += (size_t)snprintf(list + n, sizeof list - n, "%s%s/%s held by %s pid %ld (%s)",
                             n ? ", " : "", sqlite3_column_text(st, 0), sqlite3_column_text(st, 1),
-                            host ? host : "?", pid,
-                            dead ? "gone" : "no heartbeat for a while");
+                            host ? host : "?", pid, dead ? "gone" : "no heartbeat for a while");
   }
   sqlite3_finalize(st);
   snprintf(fix, sizeof fix,
@@ -362,15 +365,19 @@ static void check_offline(doctor_ctx *x) {
 static void check_remote(doctor_ctx *x) {
   kiln_remote_check_result res;
   char extra[128];
-  if (!x->cache) {
-    if (kiln_param_remote_url())
-      doctor_add(x->r, "remote", KILN_DOCTOR_FAIL, "check KILN_REMOTE_* settings",
-                 "remote %s not checked: the cache does not open", kiln_param_remote_url());
-    else
-      doctor_add(x->r, "remote", KILN_DOCTOR_SKIP, NULL, "no remote configured (KILN_REMOTE_URL)");
+  if (!x->cache && kiln_param_remote_url()) {
+    doctor_add(x->r, "remote", KILN_DOCTOR_SKIP, NULL,
+               "remote %s not checked: no cache open here (see cache_dir)",
+               kiln_param_remote_url());
     return;
   }
-  if (!kiln_cache_remote_url(x->cache)) {
+  if (x->remote_error[0]) {
+    doctor_add(x->r, "remote", KILN_DOCTOR_FAIL,
+               "fix the KILN_REMOTE_* setting named (docs/remote-cache.md)",
+               "remote %s cannot be attached: %s", kiln_param_remote_url(), x->remote_error);
+    return;
+  }
+  if (!x->cache || !kiln_cache_remote_url(x->cache)) {
     doctor_add(x->r, "remote", KILN_DOCTOR_SKIP, NULL, "no remote configured (KILN_REMOTE_URL)");
     return;
   }
@@ -386,8 +393,8 @@ static void check_remote(doctor_ctx *x) {
   else if (!res.authorized)
     doctor_add(x->r, "remote", KILN_DOCTOR_FAIL,
                "check the token: KILN_REMOTE_TOKEN_FILE, or the host's entry in ~/.netrc",
-               "remote %s refused (HTTP %ld): %s", kiln_cache_remote_url(x->cache),
-               res.http_status, res.detail);
+               "remote %s refused (HTTP %ld): %s", kiln_cache_remote_url(x->cache), res.http_status,
+               res.detail);
   else
     doctor_add(x->r, "remote", KILN_DOCTOR_PASS, NULL, "remote %s reachable (%.0f ms); %s",
                kiln_cache_remote_url(x->cache), res.ms, extra);
@@ -407,7 +414,16 @@ static void open_cache(doctor_ctx *x) {
   } else if (kiln_param_cache_dir(x->dir, sizeof x->dir) != KILN_OK) {
     x->dir[0] = '\0';
   }
-  if (access(x->dir, F_OK) == 0 && kiln_cache_open(&x->cache, &o) != KILN_OK) x->cache = NULL;
+  if (access(x->dir, F_OK) != 0) return;
+  if (kiln_cache_open(&x->cache, &o) == KILN_OK) return;
+  x->cache = NULL;
+  if (kiln_param_remote_url()) { /* a bad remote setting: the `remote` check says so */
+    kiln_remote_options ro = KILN_REMOTE_OPTIONS_INIT;
+    snprintf(x->remote_error, sizeof x->remote_error, "%s", kiln_last_error());
+    ro.url = "";
+    o.remote = &ro;
+    if (kiln_cache_open(&x->cache, &o) != KILN_OK) x->cache = NULL;
+  }
 }
 
 kiln_status kiln_doctor_run(kiln_doctor_report **out, const kiln_doctor_options *opts) {

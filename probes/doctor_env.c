@@ -12,14 +12,29 @@ extern char **environ;
 
 /* Every KILN_* variable kiln reads (common/params.c is the only reader). */
 static const char *const known[] = {
-    "KILN_CACHE_DIR",        "KILN_CACHE_PATH",        "KILN_JOBS",
-    "KILN_LOG",              "KILN_FAILURE_TTL",       "KILN_NVRTC_LIBRARY",
-    "KILN_CUDA_LIBRARY",     "KILN_OFFLINE",           "KILN_LEASE_STALE",
-    "KILN_BUILD_TIMEOUT",    "KILN_HEARTBEAT_MS",      "KILN_NVRTC_OPTIONS",
-    "KILN_NCCL_LIBRARY",     "KILN_MPI_LIBRARY",       "KILN_REMOTE_URL",
-    "KILN_REMOTE_TOKEN_FILE", "KILN_REMOTE_HMAC_KEY_FILE", "KILN_REMOTE_CA_FILE",
-    "KILN_REMOTE_UPLOAD",    "KILN_REMOTE_CONNECT_TIMEOUT", "KILN_REMOTE_TIMEOUT",
-    "KILN_REMOTE_RETRIES",   "KILN_REMOTE_PARALLEL",
+    "KILN_CACHE_DIR",
+    "KILN_CACHE_PATH",
+    "KILN_JOBS",
+    "KILN_LOG",
+    "KILN_FAILURE_TTL",
+    "KILN_NVRTC_LIBRARY",
+    "KILN_CUDA_LIBRARY",
+    "KILN_OFFLINE",
+    "KILN_LEASE_STALE",
+    "KILN_BUILD_TIMEOUT",
+    "KILN_HEARTBEAT_MS",
+    "KILN_NVRTC_OPTIONS",
+    "KILN_NCCL_LIBRARY",
+    "KILN_MPI_LIBRARY",
+    "KILN_REMOTE_URL",
+    "KILN_REMOTE_TOKEN_FILE",
+    "KILN_REMOTE_HMAC_KEY_FILE",
+    "KILN_REMOTE_CA_FILE",
+    "KILN_REMOTE_UPLOAD",
+    "KILN_REMOTE_CONNECT_TIMEOUT",
+    "KILN_REMOTE_TIMEOUT",
+    "KILN_REMOTE_RETRIES",
+    "KILN_REMOTE_PARALLEL",
 };
 /* Test hooks (KILN_TEST_*) and the fake libcuda/libnccl's (KILN_FAKE_*). */
 static const char *const known_prefixes[] = {"KILN_TEST_", "KILN_FAKE_"};
@@ -62,13 +77,15 @@ void doctor_env_names(kiln_doctor_report *r) {
       ok |= strncmp(name, known_prefixes[i], strlen(known_prefixes[i])) == 0;
     if (ok) continue;
     n++;
-    if (nb < sizeof bad) nb += (size_t)snprintf(bad + nb, sizeof bad - nb, "%s%s", nb ? ", " : "", name);
+    if (nb < sizeof bad)
+      nb += (size_t)snprintf(bad + nb, sizeof bad - nb, "%s%s", nb ? ", " : "", name);
     if (nf < sizeof fix)
       nf += (size_t)snprintf(fix + nf, sizeof fix - nf, "%s%s", nf ? "; " : "",
                              best <= 3 ? "" : "unset ");
     if (nf < sizeof fix)
-      nf += best <= 3 ? (size_t)snprintf(fix + nf, sizeof fix - nf, "rename %s to %s", name, known[bi])
-                      : (size_t)snprintf(fix + nf, sizeof fix - nf, "%s (kiln does not read it)", name);
+      nf += best <= 3
+                ? (size_t)snprintf(fix + nf, sizeof fix - nf, "rename %s to %s", name, known[bi])
+                : (size_t)snprintf(fix + nf, sizeof fix - nf, "%s (kiln does not read it)", name);
   }
   if (n)
     doctor_add(r, "env", KILN_DOCTOR_WARN, fix, "%zu KILN_* variable(s) kiln does not know: %s", n,
@@ -86,8 +103,10 @@ static int kiln_settings_ok(kiln_doctor_report *r) {
   kiln_status st = KILN_OK;
   const char *var = NULL;
 #define TRY(v, call)                                                                               \
-  if (st == KILN_OK && (st = (call)) != KILN_OK && st != KILN_ENOTFOUND) var = v;                  \
-  else if (st == KILN_ENOTFOUND) st = KILN_OK
+  if (st == KILN_OK && (st = (call)) != KILN_OK && st != KILN_ENOTFOUND)                           \
+    var = v;                                                                                       \
+  else if (st == KILN_ENOTFOUND)                                                                   \
+  st = KILN_OK
   TRY("KILN_LOG", kiln_param_log_level(&lv));
   TRY("KILN_LEASE_STALE", kiln_param_lease_stale_s(&d));
   TRY("KILN_BUILD_TIMEOUT", kiln_param_build_timeout_s(&d));
@@ -138,6 +157,9 @@ void doctor_timeouts(kiln_doctor_report *r) {
     nf += (size_t)snprintf(fix + nf, sizeof fix - nf,
                            "raise KILN_BUILD_TIMEOUT to at least 600 (a cold build takes minutes)");
   }
+  /* PyTorch's heartbeat monitor aborts the process when its NCCL watchdog
+   * thread makes no progress for this long (default 480 s); a PTX JIT or a
+   * build holding the CUDA context at start-up can be that stall. */
   if (mon && strcmp(mon, "0") == 0) watchdog = -1; /* the heartbeat monitor is off */
   if (watchdog >= 0) {
     size_t ls = strlen(sum);

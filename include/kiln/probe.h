@@ -77,8 +77,8 @@ typedef struct kiln_doctor_check {
 typedef struct kiln_doctor_report {
   size_t n_checks;
   kiln_doctor_check *checks;
-  size_t counts[4];  /* by kiln_doctor_status */
-  int exit_status;   /* 0 all pass, 1 warnings, 2 failures */
+  size_t counts[4]; /* by kiln_doctor_status */
+  int exit_status;  /* 0 all pass, 1 warnings, 2 failures */
 } kiln_doctor_report;
 
 typedef struct kiln_doctor_options {
@@ -87,7 +87,8 @@ typedef struct kiln_doctor_options {
                               (NULL: KILN_CACHE_DIR... and KILN_CACHE_PATH) */
   size_t n_dirs;
 } kiln_doctor_options;
-#define KILN_DOCTOR_OPTIONS_INIT {1, NULL, 0}
+#define KILN_DOCTOR_OPTIONS_INIT                                                                   \
+  { 1, NULL, 0 }
 
 /* Runs every check, in a fixed order. *out is freed with
  * kiln_doctor_report_free. KILN_ENOMEM only: what a check finds is in the

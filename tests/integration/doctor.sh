@@ -123,6 +123,28 @@ KILN_REMOTE_URL=http://127.0.0.1:1 KILN_REMOTE_RETRIES=0 KILN_CUDA_LIBRARY=$NODR
 expect_eq "$(status remote)" FAIL remote
 expect_eq "$(json "$OUT" '"KILN_REMOTE_URL" in [c["fix"] for c in d["checks"] if c["id"] == "remote"][0]')" true "the fix names KILN_REMOTE_URL"
 
+KILN_REMOTE_URL=ftp://nowhere KILN_CUDA_LIBRARY=$NODRV expect_exit 2 kiln doctor --cache "$F"
+expect_stdout_contains "FAIL  remote"
+expect_stdout_contains "PASS  cache_dir" "a bad remote setting is the remote's failure, not the cache's"
+
+log "remote server (nginx WebDAV): reachable PASS; wrong token FAIL naming KILN_REMOTE_TOKEN_FILE"
+ND="bash $(dirname "$0")/nginx_dav.sh"
+if command -v nginx >/dev/null && url=$($ND start "$T/srv" --token sekrit 2>"$T/nd.err"); then
+  at_exit "$ND stop '$T/srv'"
+  echo sekrit >"$T/token" && chmod 600 "$T/token"
+  echo wrong >"$T/bad" && chmod 600 "$T/bad"
+  KILN_REMOTE_URL=$url KILN_REMOTE_TOKEN_FILE=$T/token KILN_CUDA_LIBRARY=$NODRV \
+    expect_exit 0 kiln doctor --cache "$F"
+  expect_stdout_contains "PASS  remote            remote $url reachable"
+  expect_stdout_contains "not signed, upload off"
+  KILN_REMOTE_URL=$url KILN_REMOTE_TOKEN_FILE=$T/bad KILN_CUDA_LIBRARY=$NODRV \
+    expect_exit 2 kiln doctor --cache "$F"
+  expect_stdout_contains "FAIL  remote            remote $url refused (HTTP 401)"
+  expect_stdout_contains "KILN_REMOTE_TOKEN_FILE"
+else
+  log "skipped: no nginx to serve a remote ($(head -1 "$T/nd.err" 2>/dev/null))"
+fi
+
 log "bad usage: exit 2 with the usage"
 expect_exit 2 kiln doctor --bogus
 expect_stderr_contains "usage: kiln doctor"
@@ -144,4 +166,11 @@ expect_stdout_contains "fix: \`kiln build --arch 90\` in the image, or unset KIL
 log "a driver older than the toolkit that built the artifacts: driver_artifacts FAIL"
 KILN_FAKE_CUDA_DRIVER=12080 expect_exit 2 kiln doctor --cache "$F" --json
 expect_eq "$(status driver_artifacts)" FAIL driver_artifacts
+
+log "no NVRTC while units are missing for this GPU: nvrtc FAIL (would fail at start-up)"
+KILN_NVRTC_LIBRARY=$T/no-libnvrtc.so expect_exit 2 kiln doctor --cache "$F"
+expect_stdout_contains "FAIL  nvrtc"
+expect_stdout_contains "nothing to build with"
+KILN_NVRTC_LIBRARY=$T/no-libnvrtc.so KILN_CUDA_LIBRARY=$NODRV expect_exit 1 kiln doctor --cache "$F"
+expect_stdout_contains "WARN  nvrtc"
 expect_eq "$(state "$F")" "$before" "the cache after every kiln doctor above"
