@@ -16,6 +16,7 @@ int cmd_cache(int argc, char **argv);
 int cmd_warmup(int argc, char **argv);
 int cmd_check(int argc, char **argv);
 int cmd_probe(int argc, char **argv);
+int cmd_doctor(int argc, char **argv);
 
 /* A communicator for `warmup --comm NAME` (single, mpi); freed with kiln_comm_free. */
 kiln_status cli_comm_open(kiln_comm **out, const char *name);

@@ -17,6 +17,8 @@ static const char *usage =
     "          with --comm mpi, once for every rank of a job\n"
     "  check   fail unless the caches cover every kernel for the given archs\n"
     "  probe   what this machine can run: GPUs, NVRTC, NCCL, caches, per unit\n"
+    "  doctor  check the driver, NVRTC, caches, leases, settings and remote;\n"
+    "          each WARN or FAIL with its fix\n"
     "\n"
     "options:\n"
     "  --version   print kiln, NVRTC and cache schema versions\n"
@@ -25,7 +27,7 @@ static const char *usage =
     "environment: KILN_CACHE_DIR, KILN_CACHE_PATH, KILN_JOBS, KILN_LOG,\n"
     "KILN_FAILURE_TTL, KILN_NVRTC_LIBRARY, KILN_CUDA_LIBRARY, KILN_OFFLINE,\n"
     "KILN_LEASE_STALE, KILN_BUILD_TIMEOUT, KILN_HEARTBEAT_MS, KILN_NVRTC_OPTIONS,\n"
-    "KILN_NCCL_LIBRARY, KILN_MPI_LIBRARY (see README.md).\n";
+    "KILN_NCCL_LIBRARY, KILN_MPI_LIBRARY, KILN_REMOTE_* (see README.md).\n";
 
 static int version(void) {
   int ma, mi;
@@ -52,6 +54,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "warmup") == 0) return cmd_warmup(argc - 1, argv + 1);
   if (strcmp(cmd, "check") == 0) return cmd_check(argc - 1, argv + 1);
   if (strcmp(cmd, "probe") == 0) return cmd_probe(argc - 1, argv + 1);
+  if (strcmp(cmd, "doctor") == 0) return cmd_doctor(argc - 1, argv + 1);
   fprintf(stderr, "kiln: unknown command '%s'\n\n%s", cmd, usage);
   return EXIT_USAGE;
 }

@@ -56,6 +56,48 @@ KILN_API kiln_status kiln_probe_offline(int *out);
  * the reason when there is none. */
 KILN_API kiln_status kiln_nccl_version(int *out);
 
+/* kiln doctor: health checks of this machine, its settings and its caches.
+ * Read-only: the caches are opened without creating anything and nothing in
+ * them is written (one exception: the `remote` check makes one request to a
+ * configured remote). */
+typedef enum kiln_doctor_status {
+  KILN_DOCTOR_PASS = 0,
+  KILN_DOCTOR_WARN = 1,
+  KILN_DOCTOR_FAIL = 2,
+  KILN_DOCTOR_SKIP = 3, /* does not apply here; does not count for the exit status */
+} kiln_doctor_status;
+
+typedef struct kiln_doctor_check {
+  char id[32]; /* "driver", "nvrtc", "cache_dir", ... (docs/operations.md) */
+  kiln_doctor_status status;
+  char summary[1024]; /* one line */
+  char fix[512];      /* one line naming the command or variable; "" for PASS/SKIP */
+} kiln_doctor_check;
+
+typedef struct kiln_doctor_report {
+  size_t n_checks;
+  kiln_doctor_check *checks;
+  size_t counts[4]; /* by kiln_doctor_status */
+  int exit_status;  /* 0 all pass, 1 warnings, 2 failures */
+} kiln_doctor_report;
+
+typedef struct kiln_doctor_options {
+  int version;
+  const char *const *dirs; /* caches: the first primary, the others read-only layers
+                              (NULL: KILN_CACHE_DIR... and KILN_CACHE_PATH) */
+  size_t n_dirs;
+} kiln_doctor_options;
+#define KILN_DOCTOR_OPTIONS_INIT                                                                   \
+  { 1, NULL, 0 }
+
+/* Runs every check, in a fixed order. *out is freed with
+ * kiln_doctor_report_free. KILN_ENOMEM only: what a check finds is in the
+ * report, never an error. */
+KILN_API kiln_status kiln_doctor_run(kiln_doctor_report **out, const kiln_doctor_options *opts);
+KILN_API void kiln_doctor_report_free(kiln_doctor_report *r);
+/* "PASS", "WARN", "FAIL", "SKIP" */
+KILN_API const char *kiln_doctor_status_str(kiln_doctor_status s);
+
 #ifdef __cplusplus
 }
 #endif

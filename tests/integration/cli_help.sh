@@ -16,7 +16,7 @@ help_mentions() {
   for f in "${flags[@]}"; do expect_stdout_contains "$f" "$what --help"; done
 }
 for h in --help -h help; do
-  help_mentions "kiln $h" -- "usage: kiln" build list cache warmup check probe --version --help -- "$h"
+  help_mentions "kiln $h" -- "usage: kiln" build list cache warmup check probe doctor --version --help -- "$h"
 done
 for h in --help -h; do
   help_mentions "kiln build $h" -- "usage: kiln build" --arch --kernels --cache -j --rebuild --json --help \
@@ -25,6 +25,8 @@ for h in --help -h; do
   help_mentions "kiln check $h" -- "usage: kiln check" --arch --cache --kernels --driver --json --help \
     "Exit status" -- check "$h"
   help_mentions "kiln probe $h" -- "usage: kiln probe" --cache --json --help kiln-probe/1 -- probe "$h"
+  help_mentions "kiln doctor $h" -- "usage: kiln doctor" --cache --json --help kiln-doctor/1 \
+    "Exit status" -- doctor "$h"
   help_mentions "kiln warmup $h" -- "usage: kiln warmup" --comm --arch --heartbeat --timeout --device \
     --kernels --verify --json "Exit status" -- warmup "$h"
   help_mentions "kiln cache $h" -- "usage: kiln cache" ls stats verify gc rm --max-size --all --cache --json \
