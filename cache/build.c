@@ -79,7 +79,8 @@ static char *log_tail(const char *log, int lines) {
   if (!log) return strdup("");
   size_t len = strlen(log);
   const char *p = log + len;
-  while (len && (p[-1] == '\n' || p[-1] == ' ')) p--, len--;
+  while (len && (p[-1] == '\n' || p[-1] == ' '))
+    p--, len--;
   while (p > log && lines > 0) {
     p--;
     if (*p == '\n') lines--;
@@ -248,7 +249,8 @@ static void heartbeat_stop(build_ctx *b) {
 
 static void sleep_ms(int64_t ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0) {}
+  while (nanosleep(&ts, &ts) != 0) {
+  }
 }
 
 /* Fetches the items this process holds the lease for from the remote cache
@@ -257,7 +259,6 @@ static void sleep_ms(int64_t ms) {
 static kiln_status fetch_mine(build_ctx *b, size_t *mine, size_t *n_mine) {
   kiln_remote_item *items;
   size_t kept = 0;
-  kiln_status rc = KILN_OK;
   if (b->opts->no_remote || b->opts->rebuild || !kiln_cache_remote_url(b->cache)) return KILN_OK;
   items = calloc(*n_mine, sizeof *items);
   if (!items) return kiln_fail(KILN_ENOMEM, "out of memory");
@@ -270,22 +271,20 @@ static kiln_status fetch_mine(build_ctx *b, size_t *mine, size_t *n_mine) {
   kiln_remote_fetch(b->cache, items, *n_mine); /* never fatal: misses are compiled */
   for (size_t i = 0; i < *n_mine; i++) {
     size_t idx = mine[i];
-    int settled = 0;
-    if (items[i].status == KILN_OK) {
-      rc = settle_from_cache(b, idx, KILN_BUILD_FETCHED, &settled);
-      if (rc != KILN_OK) goto out;
-    }
-    if (settled) {
-      if (kiln_lease_release(b->cache, b->keys[idx]) != KILN_OK)
-        kiln_log(KILN_LOG_WARN, "%s", kiln_last_error());
+    kiln_build_item *it = &b->s->items[idx];
+    if (items[i].status != KILN_OK) {
+      mine[kept++] = idx;
       continue;
     }
-    mine[kept++] = idx;
+    it->record = items[i].record; /* verified as it arrived: no second hash */
+    it->outcome = KILN_BUILD_FETCHED;
+    report(b, it);
+    if (kiln_lease_release(b->cache, b->keys[idx]) != KILN_OK)
+      kiln_log(KILN_LOG_WARN, "%s", kiln_last_error());
   }
   *n_mine = kept;
-out:
   free(items);
-  return rc;
+  return KILN_OK;
 }
 
 /* Offline: what is in no cache layer and not on the remote fails. */
@@ -321,7 +320,8 @@ static void upload_plan(build_ctx *b) {
   }
   for (size_t i = 0; i < s->n_items; i++) {
     kiln_build_outcome o = s->items[i].outcome;
-    if (o == KILN_BUILD_HIT || o == KILN_BUILD_BUILT || o == KILN_BUILD_SHARED) keys[n++] = b->keys[i];
+    if (o == KILN_BUILD_HIT || o == KILN_BUILD_BUILT || o == KILN_BUILD_SHARED)
+      keys[n++] = b->keys[i];
   }
   s->upload_status = kiln_remote_upload(b->cache, keys, n, &s->uploaded);
   if (s->upload_status != KILN_OK) {
@@ -370,7 +370,8 @@ static kiln_status single_flight(build_ctx *b) {
         if (settled) continue;
       } else {
         if (!told[idx])
-          kiln_log(KILN_LOG_INFO, "%s %s: another process builds it (%s pid %ld, for %.1f s); waiting",
+          kiln_log(KILN_LOG_INFO,
+                   "%s %s: another process builds it (%s pid %ld, for %.1f s); waiting",
                    it->unit->name, it->target_name, h.host, h.pid, h.held_ms / 1e3);
         told[idx] = 1;
         snprintf(it->error, sizeof it->error,
@@ -449,11 +450,16 @@ static void summarise(kiln_build_summary *s) {
   s->targets = s->n_items;
   for (size_t i = 0; i < s->n_items; i++) {
     kiln_build_item *it = &s->items[i];
-    if (it->outcome == KILN_BUILD_HIT) s->hits++;
-    else if (it->outcome == KILN_BUILD_BUILT) s->built++;
-    else if (it->outcome == KILN_BUILD_SHARED) s->shared++;
-    else if (it->outcome == KILN_BUILD_FETCHED) s->fetched++;
-    else s->failed++;
+    if (it->outcome == KILN_BUILD_HIT)
+      s->hits++;
+    else if (it->outcome == KILN_BUILD_BUILT)
+      s->built++;
+    else if (it->outcome == KILN_BUILD_SHARED)
+      s->shared++;
+    else if (it->outcome == KILN_BUILD_FETCHED)
+      s->fetched++;
+    else
+      s->failed++;
     if (it->outcome != KILN_BUILD_FAILED) s->bytes += it->record.size;
   }
 }
@@ -505,7 +511,8 @@ kiln_status kiln_build(kiln_build_summary **out, kiln_cache *cache, const kiln_b
     rc = kiln_fail(KILN_ENOMEM, "out of memory");
     goto out;
   }
-  for (size_t i = 0; i < s->n_items; i++) KILN_CHECK(settle(&b, i));
+  for (size_t i = 0; i < s->n_items; i++)
+    KILN_CHECK(settle(&b, i));
   KILN_CHECK(single_flight(&b));
   summarise(s);
   upload_plan(&b);
@@ -523,7 +530,8 @@ out:
 
 void kiln_build_summary_free(kiln_build_summary *s) {
   if (!s) return;
-  for (size_t i = 0; i < s->n_items; i++) free(s->items[i].log_tail);
+  for (size_t i = 0; i < s->n_items; i++)
+    free(s->items[i].log_tail);
   free(s->items);
   free(s);
 }

@@ -372,9 +372,11 @@ static kiln_status store_blobs(kiln_cache *c, kiln_remote_item *items, blob_job 
     if (each[i] != KILN_OK)
       snprintf(a.err[which[i]], sizeof a.err[which[i]], "%s", kiln_last_error());
   }
-  for (size_t k = 0; k < n_jobs; k++)
+  for (size_t k = 0; k < n_jobs; k++) {
     settle_blob(c->remote->url, &items[jobs[k].item], jobs[k].req >= 0 ? &reqs[jobs[k].req] : NULL,
                 a.st[k], a.err[k], d);
+    if (a.st[k] == KILN_OK) items[jobs[k].item].record = recs[jobs[k].item];
+  }
 out:
   free(ins);
   free(each);

@@ -26,13 +26,12 @@
 #include <stdint.h>
 
 #include "kiln/api.h"
+#include "kiln/cache.h"
 #include "kiln/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef struct kiln_cache kiln_cache;
 
 /* Each field left at its "unset" value is read from the environment. */
 typedef struct kiln_remote_options {
@@ -73,6 +72,7 @@ typedef struct kiln_remote_item {
                          missing or wrong signature, or auth refused;
                          KILN_EREMOTE/KILN_ETIMEDOUT transport (detail in error) */
   char error[256];
+  kiln_record record; /* as stored, when status is KILN_OK */
 } kiln_remote_item;
 
 /* Fetches every item that is not already in the local store: the records in
