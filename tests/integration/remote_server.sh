@@ -8,26 +8,7 @@
 #  6. stop leaves no nginx behind, also for a server whose master was killed.
 # Nothing here runs kiln (the binary argument only follows the convention).
 . "$(dirname "$0")/lib.sh" "$@"
-
-command -v nginx >/dev/null || skip "nginx is not installed (scripts/install-deps installs nginx-light)"
-command -v curl >/dev/null || skip "curl is not installed"
-ND=$(dirname "$(realpath "$0")")/nginx_dav.sh
-
-# Every server under $T is stopped when the test ends (serve runs inside
-# $(...), where a cleanup registered with at_exit would be lost).
-stop_servers() {
-  local d
-  for d in "$T"/*/; do [[ -f $d/conf/nginx.conf ]] && bash "$ND" stop "$d"; done
-  return 0
-}
-at_exit stop_servers
-# serve NAME ARGS...: starts a server in $T/NAME; prints its URL.
-serve() {
-  local name=$1
-  shift
-  bash "$ND" start "$T/$name" "$@" >"$T/$name.start" || die "nginx_dav.sh start $name $* failed"
-  head -1 "$T/$name.start"
-}
+. "$(dirname "$0")/remote_lib.sh" # serve, and every server stopped at exit
 # code ARGS...: the HTTP status curl gets.
 code() { curl -s -o /dev/null -w '%{http_code}' --max-time 10 "$@" || true; }
 
