@@ -19,6 +19,7 @@
 
 #define RECORD_MAX (64 * 1024) /* a record document is a few hundred bytes */
 #define BREAKER_THRESHOLD 5    /* failed requests in a row that turn the remote off */
+#define PENDING KILN_EINTERNAL /* an item between its record and its blob */
 
 struct kiln_remote {
   kiln_http *http;
@@ -119,8 +120,8 @@ kiln_status kiln_cache_set_remote(kiln_cache *c, const kiln_remote_options *opts
   while (len && url[len - 1] == '/')
     len--;
   if (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0) {
-    rc = kiln_fail(KILN_EINVAL, "remote cache URL '%.200s' must start with http:// or https://",
-                   url);
+    /* not echoed: a mistyped URL may still carry a password */
+    rc = kiln_fail(KILN_EINVAL, "the remote cache URL must start with http:// or https://");
     goto out;
   }
   r = calloc(1, sizeof *r);
@@ -270,7 +271,8 @@ static void fetch_records(kiln_cache *c, kiln_remote_item *items, size_t n, kiln
                recs[i].unit, recs[i].target, it->unit, it->target);
       item_fail(it, KILN_ECORRUPT, msg);
     } else {
-      it->status = KILN_OK;
+      /* the record passed; OK only once its blob and record are stored */
+      item_fail(it, PENDING, "the fetch stopped before its blob was stored");
       continue;
     }
     d->rejected++;
@@ -295,7 +297,7 @@ static void settle_blob(const char *url, kiln_remote_item *it, kiln_http_req *q,
     d->hits++;
     it->status = KILN_OK;
   } else if (!q || q->rc == KILN_OK) {
-    item_fail(it, st, err); /* the local store failed */
+    item_fail(it, st == KILN_ENOTFOUND ? KILN_EIO : st, err); /* the local store failed */
     kiln_log(KILN_LOG_WARN, "remote cache: storing %s %s failed: %s", it->unit, it->target,
              it->error);
   } else if (q->rc == KILN_ENOTFOUND || q->rc == KILN_ECORRUPT) {
@@ -346,12 +348,6 @@ static kiln_status store_blobs(kiln_cache *c, kiln_remote_item *items, blob_job 
   kiln_status rc = KILN_OK;
   a.st = calloc(n_jobs ? n_jobs : 1, sizeof *a.st);
   a.err = calloc(n_jobs ? n_jobs : 1, sizeof *a.err);
-  if (!ins || !each || !which || !a.st || !a.err) {
-    rc = kiln_fail(KILN_ENOMEM, "out of memory");
-    for (size_t k = 0; k < n_jobs; k++)
-      if (jobs[k].req >= 0) unlink(jobs[k].tmp);
-    goto out;
-  }
   for (size_t k = 0; k < n_jobs; k++) {
     kiln_http_req *q = jobs[k].req >= 0 ? &reqs[jobs[k].req] : NULL;
     if (!q) continue;
@@ -359,7 +355,12 @@ static kiln_status store_blobs(kiln_cache *c, kiln_remote_item *items, blob_job 
     q->out_fd = -1;
     d->bytes_down += q->bytes_down;
   }
-  KILN_CHECK(kiln_pool_run(n_jobs, 8, adopt_task, &a));
+  if (!ins || !each || !which || !a.st || !a.err) {
+    rc = kiln_fail(KILN_ENOMEM, "out of memory");
+    goto drop;
+  }
+  rc = kiln_pool_run(n_jobs, 8, adopt_task, &a);
+  if (rc != KILN_OK) goto drop; /* adopted blobs without records are orphans: gc removes them */
   for (size_t k = 0; k < n_jobs; k++) {
     if (a.st[k] != KILN_OK) continue;
     which[m] = k;
@@ -370,13 +371,19 @@ static kiln_status store_blobs(kiln_cache *c, kiln_remote_item *items, blob_job 
   for (size_t i = 0; i < m; i++) {
     a.st[which[i]] = each[i];
     if (each[i] != KILN_OK)
-      snprintf(a.err[which[i]], sizeof a.err[which[i]], "%s", kiln_last_error());
+      snprintf(a.err[which[i]], sizeof a.err[which[i]], "%s",
+               each[i] == KILN_ENOTFOUND ? "its blob disappeared before the record was stored"
+                                         : kiln_last_error());
   }
   for (size_t k = 0; k < n_jobs; k++) {
     settle_blob(c->remote->url, &items[jobs[k].item], jobs[k].req >= 0 ? &reqs[jobs[k].req] : NULL,
                 a.st[k], a.err[k], d);
     if (a.st[k] == KILN_OK) items[jobs[k].item].record = recs[jobs[k].item];
   }
+  goto out;
+drop: /* the items stay PENDING: not stored, not fetched */
+  for (size_t k = 0; k < n_jobs; k++)
+    if (jobs[k].req >= 0) unlink(jobs[k].tmp);
 out:
   free(ins);
   free(each);
@@ -398,7 +405,7 @@ static kiln_status fetch_blobs(kiln_cache *c, kiln_remote_item *items, size_t n,
     blob_job *j = &jobs[n_jobs];
     kiln_http_req *q = &reqs[n_reqs];
     int fd;
-    if (items[i].status != KILN_OK) continue;
+    if (items[i].status != PENDING) continue;
     recs[i].log_digest[0] = '\0'; /* build logs stay where they were built */
     j->item = i;
     j->req = -1;

@@ -68,30 +68,40 @@ out:
   return rc;
 }
 
+/* 1 when v could not be set (not UTF-8, or out of memory). */
+static int set_str(json_t *o, const char *name, const char *v) {
+  return json_object_set_new(o, name, json_string(v)) != 0;
+}
+
 kiln_status kiln_remote_record_encode(const kiln_record *r, const uint8_t *key, size_t key_len,
                                       char **out, size_t *len) {
   json_t *o = NULL;
   char *doc = NULL, mac[65];
   kiln_status rc = KILN_OK;
+  int bad = 0;
   if (!r || !out) return kiln_fail(KILN_EINVAL, "kiln_remote_record_encode: NULL argument");
   o = json_object();
   if (!o) return kiln_fail(KILN_ENOMEM, "out of memory");
-  json_object_set_new(o, "schema", json_string(SCHEMA));
-  json_object_set_new(o, "key", json_string(r->key));
-  json_object_set_new(o, "unit", json_string(r->unit));
-  json_object_set_new(o, "target", json_string(r->target));
-  json_object_set_new(o, "kind", json_string(r->kind));
-  json_object_set_new(o, "digest", json_string(r->digest));
+  bad |= set_str(o, "schema", SCHEMA);
+  bad |= set_str(o, "key", r->key);
+  bad |= set_str(o, "unit", r->unit);
+  bad |= set_str(o, "target", r->target);
+  bad |= set_str(o, "kind", r->kind);
+  bad |= set_str(o, "digest", r->digest);
   json_object_set_new(o, "size", json_integer((json_int_t)r->size));
-  json_object_set_new(o, "toolchain", json_string(r->toolchain));
-  json_object_set_new(o, "options", json_string(r->options));
+  bad |= set_str(o, "toolchain", r->toolchain);
+  bad |= set_str(o, "options", r->options);
   json_object_set_new(o, "build_ms", json_real(round_ms(r->build_ms)));
   json_object_set_new(o, "registers", json_integer(r->registers));
   json_object_set_new(o, "spill_stores", json_integer(r->spill_stores));
   json_object_set_new(o, "spill_loads", json_integer(r->spill_loads));
   json_object_set_new(o, "shared_bytes", json_integer(r->shared_bytes));
   json_object_set_new(o, "stack_bytes", json_integer(r->stack_bytes));
-  json_object_set_new(o, "log_digest", json_string(r->log_digest));
+  bad |= set_str(o, "log_digest", r->log_digest);
+  if (bad) { /* jansson takes only UTF-8: e.g. KILN_NVRTC_OPTIONS with other bytes */
+    rc = kiln_fail(KILN_EINVAL, "record %.12s...: a field is not valid UTF-8", r->key);
+    goto out;
+  }
   if (key) {
     char sig[sizeof SIG_PREFIX + 64];
     KILN_CHECK(sign(mac, r, key, key_len));

@@ -186,6 +186,10 @@ static void test_extra_field_and_limits(void **state) {
   r = sample();
   snprintf(r.unit, sizeof r.unit, "bad\nunit");
   assert_int_equal(kiln_remote_record_encode(&r, NULL, 0, &doc, NULL), KILN_EINVAL);
+  r = sample();
+  snprintf(r.options, sizeof r.options, "-D\xff\xfe"); /* not UTF-8 */
+  assert_int_equal(kiln_remote_record_encode(&r, NULL, 0, &doc, NULL), KILN_EINVAL);
+  assert_non_null(strstr(kiln_last_error(), "UTF-8"));
 }
 
 int main(void) {
