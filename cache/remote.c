@@ -509,11 +509,25 @@ typedef struct up_item {
   int state; /* 0 needs upload, 1 on the remote, -1 failed */
 } up_item;
 
-/* Runs the requests for the items in state 0; on failure marks them -1 and
- * keeps the first error. */
-static void up_run(struct kiln_remote *r, up_item *u, size_t n, kiln_http_req *reqs,
-                   int (*prepare)(up_item *, kiln_http_req *), kiln_remote_stats *d,
-                   kiln_status *first, char *first_err, size_t cap) {
+/* The three rounds of an upload: what is there already, then blobs before
+ * records, so a reader never finds a record whose bytes are missing (a crash
+ * between leaves an orphan blob). */
+typedef enum up_round { UP_HEAD_RECORD, UP_PUT_BLOB, UP_PUT_RECORD } up_round;
+
+static void up_prepare(up_item *u, kiln_http_req *q, up_round round) {
+  q->method = round == UP_HEAD_RECORD ? KILN_HTTP_HEAD : KILN_HTTP_PUT;
+  q->body = round == UP_PUT_BLOB ? (const void *)u->blob : u->doc;
+  q->body_len = round == UP_PUT_BLOB ? u->size : round == UP_PUT_RECORD ? u->doc_len : 0;
+  if (round == UP_PUT_BLOB)
+    snprintf(q->path, sizeof q->path, "cas/%s", u->rec.digest);
+  else
+    snprintf(q->path, sizeof q->path, "ac/%s", u->rec.key);
+}
+
+/* Runs one round for the items in state 0; a failed item goes to state -1
+ * (the first failure is kept), a record found by HEAD to state 1. */
+static void up_run(struct kiln_remote *r, up_item *u, size_t n, kiln_http_req *reqs, up_round round,
+                   kiln_remote_stats *d, kiln_status *first, char *first_err, size_t cap) {
   size_t *idx = calloc(n ? n : 1, sizeof *idx), m = 0;
   if (!idx) {
     *first = kiln_fail(KILN_ENOMEM, "out of memory");
@@ -524,7 +538,8 @@ static void up_run(struct kiln_remote *r, up_item *u, size_t n, kiln_http_req *r
     if (u[i].state != 0) continue;
     reqs[m].out_fd = -1;
     reqs[m].max_bytes = RECORD_MAX;
-    if (prepare(&u[i], &reqs[m])) idx[m++] = i;
+    up_prepare(&u[i], &reqs[m], round);
+    idx[m++] = i;
   }
   kiln_http_run(r->http, reqs, m);
   for (size_t j = 0; j < m; j++) {
@@ -532,15 +547,8 @@ static void up_run(struct kiln_remote *r, up_item *u, size_t n, kiln_http_req *r
     up_item *it = &u[idx[j]];
     d->bytes_down += q->bytes_down;
     d->bytes_up += q->bytes_up;
-    if (q->method == KILN_HTTP_HEAD) {
-      if (q->rc == KILN_OK)
-        it->state = 1; /* already there */
-      else if (q->rc == KILN_ENOTFOUND)
-        continue;
-    } else if (q->rc == KILN_OK) {
-      continue;
-    }
-    if (q->rc == KILN_OK) continue;
+    if (round == UP_HEAD_RECORD && q->rc == KILN_OK) it->state = 1; /* already there */
+    if (q->rc == KILN_OK || (round == UP_HEAD_RECORD && q->rc == KILN_ENOTFOUND)) continue;
     it->state = -1;
     d->errors++;
     if (*first == KILN_OK) {
@@ -549,28 +557,6 @@ static void up_run(struct kiln_remote *r, up_item *u, size_t n, kiln_http_req *r
     }
   }
   free(idx);
-}
-
-static int prep_head(up_item *u, kiln_http_req *q) {
-  q->method = KILN_HTTP_HEAD;
-  snprintf(q->path, sizeof q->path, "ac/%s", u->rec.key);
-  return 1;
-}
-
-static int prep_blob(up_item *u, kiln_http_req *q) {
-  q->method = KILN_HTTP_PUT;
-  q->body = u->blob;
-  q->body_len = u->size;
-  snprintf(q->path, sizeof q->path, "cas/%s", u->rec.digest);
-  return 1;
-}
-
-static int prep_record(up_item *u, kiln_http_req *q) {
-  q->method = KILN_HTTP_PUT;
-  q->body = u->doc;
-  q->body_len = u->doc_len;
-  snprintf(q->path, sizeof q->path, "ac/%s", u->rec.key);
-  return 1;
 }
 
 kiln_status kiln_remote_upload(kiln_cache *c, const char *const *keys, size_t n, size_t *uploaded) {
@@ -605,11 +591,8 @@ kiln_status kiln_remote_upload(kiln_cache *c, const char *const *keys, size_t n,
     u[i].rec.log_digest[0] = '\0'; /* logs are not uploaded */
     KILN_CHECK(kiln_remote_record_encode(&u[i].rec, r->key, r->key_len, &u[i].doc, &u[i].doc_len));
   }
-  /* what is there already, then blobs before records: a reader never finds a
-   * record whose bytes are missing (a crash between leaves an orphan blob) */
-  up_run(r, u, n, reqs, prep_head, &d, &first, first_err, sizeof first_err);
-  up_run(r, u, n, reqs, prep_blob, &d, &first, first_err, sizeof first_err);
-  up_run(r, u, n, reqs, prep_record, &d, &first, first_err, sizeof first_err);
+  for (up_round round = UP_HEAD_RECORD; round <= UP_PUT_RECORD; round++)
+    up_run(r, u, n, reqs, round, &d, &first, first_err, sizeof first_err);
   for (size_t i = 0; i < n; i++) {
     if (u[i].state == 0)
       done++;
