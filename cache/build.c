@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "cache/lease.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/params.h"
@@ -62,18 +63,6 @@ const char *kiln_build_compile_options(void) {
   return compile_options;
 }
 
-static double thread_cpu_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 /* The last lines of a build log, for error messages. */
 static char *log_tail(const char *log, int lines) {
   if (!log) return strdup("");
@@ -108,15 +97,15 @@ static void compile_task(size_t i, void *user) {
   kiln_build_item *it = &b->s->items[idx];
   kiln_artifact a;
   kiln_record *rec = &it->record;
-  int64_t started = kiln_now_ms() / 1000;
-  double t0 = now_ms(), cpu0 = thread_cpu_s(), cpu;
+  int64_t started = kiln_wall_ms() / 1000;
+  double t0 = kiln_clock_ms(), cpu0 = kiln_thread_cpu_s(), cpu;
   kiln_status rc = kiln_compile_unit(&a, it->unit, &it->target, b->options);
-  cpu = thread_cpu_s() - cpu0;
+  cpu = kiln_thread_cpu_s() - cpu0;
   pthread_mutex_lock(&b->lock);
   b->s->compile_cpu_s += cpu;
   pthread_mutex_unlock(&b->lock);
   if (kiln_builds_add(b->cache, b->keys[idx], it->unit->name, it->target_name, started,
-                      now_ms() - t0, rc == KILN_OK) != KILN_OK)
+                      kiln_clock_ms() - t0, rc == KILN_OK) != KILN_OK)
     kiln_log(KILN_LOG_WARN, "%s", kiln_last_error());
   if (rc != KILN_OK) {
     fail_item(it, rc, kiln_last_error());
@@ -336,7 +325,7 @@ static void upload_plan(build_ctx *b) {
 static kiln_status single_flight(build_ctx *b) {
   size_t n_pending = b->n_todo, *pending = NULL, *mine = NULL;
   char *told = NULL; /* waiting for this item was logged */
-  double deadline = now_ms() + (double)b->wait_ms;
+  double deadline = kiln_clock_ms() + (double)b->wait_ms;
   int64_t poll = 20;
   kiln_status rc = KILN_OK;
   if (!n_pending) return KILN_OK;
@@ -393,7 +382,7 @@ static kiln_status single_flight(build_ctx *b) {
       continue;
     }
     if (!n_pending) break;
-    if (now_ms() > deadline) {
+    if (kiln_clock_ms() > deadline) {
       for (size_t i = 0; i < n_pending; i++) {
         kiln_build_item *it = &b->s->items[pending[i]];
         it->outcome = KILN_BUILD_FAILED;
@@ -468,7 +457,7 @@ kiln_status kiln_build(kiln_build_summary **out, kiln_cache *cache, const kiln_b
   build_ctx b;
   kiln_build_summary *s = NULL;
   kiln_status rc;
-  double t0 = now_ms(), stale_s, wait_s;
+  double t0 = kiln_clock_ms(), stale_s, wait_s;
   size_t *todo = NULL;
   memset(&b, 0, sizeof b);
   pthread_mutex_init(&b.lock, NULL);
@@ -516,7 +505,7 @@ kiln_status kiln_build(kiln_build_summary **out, kiln_cache *cache, const kiln_b
   KILN_CHECK(single_flight(&b));
   summarise(s);
   upload_plan(&b);
-  s->wall_ms = now_ms() - t0;
+  s->wall_ms = kiln_clock_ms() - t0;
   *out = s;
   s = NULL;
 out:

@@ -9,14 +9,9 @@
 #include <unistd.h>
 
 #include "cache/store.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/logging.h"
-
-int64_t kiln_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int exists(sqlite3 *db, const char *sql, const char *key, int64_t now_s, int *out) {
   sqlite3_stmt *st = NULL;
@@ -83,7 +78,7 @@ static void describe(kiln_lease_holder *h, const lease_row *row, int64_t now) {
 static kiln_status peek(kiln_cache *c, const char *key, int64_t stale_ms, int ignore_record,
                         kiln_lease_state *state, lease_row *row, int *stale) {
   int have = 0, r;
-  int64_t now = kiln_now_ms();
+  int64_t now = kiln_wall_ms();
   if (!ignore_record) {
     r = exists(c->primary.db, "SELECT 1 FROM records WHERE key = ?1 AND ?2 = ?2", key, 0, &have);
     if (r != SQLITE_OK) return kiln_sql_fail(c->primary.db, r, "lease: look up record");
@@ -125,12 +120,12 @@ kiln_status kiln_lease_try(kiln_cache *c, const char *key, const char *unit, con
   pthread_mutex_unlock(&c->lock);
   if (rc != KILN_OK) return rc;
   if (*state != KILN_LEASE_ACQUIRED) {
-    if (*state == KILN_LEASE_HELD) describe(holder, &row, kiln_now_ms());
+    if (*state == KILN_LEASE_HELD) describe(holder, &row, kiln_wall_ms());
     return KILN_OK;
   }
   KILN_CHECK(kiln_txn_begin(c, "take build lease"));
   rc = peek(c, key, stale_ms, ignore_record, state, &row, &stale);
-  now = kiln_now_ms();
+  now = kiln_wall_ms();
   if (rc == KILN_OK && *state == KILN_LEASE_ACQUIRED) {
     r = sqlite3_prepare_v2(c->primary.db, take, -1, &st, NULL);
     if (r == SQLITE_OK) {
@@ -168,7 +163,7 @@ kiln_status kiln_lease_renew(kiln_cache *c) {
   r = sqlite3_prepare_v2(c->primary.db, "UPDATE leases SET heartbeat_ms = ?1 WHERE token = ?2", -1,
                          &st, NULL);
   if (r == SQLITE_OK) {
-    sqlite3_bind_int64(st, 1, kiln_now_ms());
+    sqlite3_bind_int64(st, 1, kiln_wall_ms());
     sqlite3_bind_text(st, 2, c->token, -1, SQLITE_STATIC);
     r = sqlite3_step(st);
   }

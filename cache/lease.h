@@ -42,7 +42,4 @@ kiln_status kiln_lease_release(kiln_cache *c, const char *key);
 kiln_status kiln_builds_add(kiln_cache *c, const char *key, const char *unit, const char *target,
                             int64_t started_s, double ms, int ok);
 
-/* Wall-clock milliseconds. */
-int64_t kiln_now_ms(void);
-
 #endif

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "cache/store.h"
+#include "common/clock.h"
 #include "common/digest.h"
 #include "common/error.h"
 #include "common/logging.h"

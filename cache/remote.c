@@ -10,6 +10,7 @@
 
 #include "cache/remote.h"
 #include "cache/store.h"
+#include "common/clock.h"
 #include "common/digest.h"
 #include "common/error.h"
 #include "common/fileio.h"
@@ -436,12 +437,6 @@ static kiln_status fetch_blobs(kiln_cache *c, kiln_remote_item *items, size_t n,
   return rc;
 }
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 kiln_status kiln_remote_fetch(kiln_cache *c, kiln_remote_item *items, size_t n) {
   kiln_http_req *reqs = NULL;
   kiln_record *recs = NULL;
@@ -449,7 +444,7 @@ kiln_status kiln_remote_fetch(kiln_cache *c, kiln_remote_item *items, size_t n) 
   struct kiln_remote *r;
   size_t got = 0, missing = 0, failed = 0;
   int trips;
-  double t0 = now_ms();
+  double t0 = kiln_clock_ms();
   kiln_status rc = KILN_OK;
   if (!c || (n && !items)) return kiln_fail(KILN_EINVAL, "kiln_remote_fetch: NULL argument");
   r = c->remote;
@@ -488,7 +483,7 @@ kiln_status kiln_remote_fetch(kiln_cache *c, kiln_remote_item *items, size_t n) 
   kiln_log(KILN_LOG_INFO,
            "remote cache %s: %zu of %zu fetched, %zu not there, %zu failed (%.0f ms, "
            "%llu bytes)",
-           r->url, got, n, missing, failed, now_ms() - t0, (unsigned long long)d.bytes_down);
+           r->url, got, n, missing, failed, kiln_clock_ms() - t0, (unsigned long long)d.bytes_down);
 out:
   d.breaker_trips = (uint64_t)(kiln_http_breaker_trips(r->http) - trips);
   stats_add(c, &d);
@@ -644,9 +639,9 @@ kiln_status kiln_remote_check(kiln_cache *c, kiln_remote_check_result *out) {
   q.max_bytes = RECORD_MAX;
   /* a key no build produces: any answer but 401/403 shows the way is open */
   snprintf(q.path, sizeof q.path, "ac/%064d", 0);
-  t0 = now_ms();
+  t0 = kiln_clock_ms();
   kiln_http_run(r->http, &q, 1);
-  out->ms = now_ms() - t0;
+  out->ms = kiln_clock_ms() - t0;
   out->http_status = q.status;
   out->reachable = q.status != 0;
   out->authorized = out->reachable && q.status != 401 && q.status != 403;

@@ -55,11 +55,6 @@ void kiln_record_from_row(kiln_record *r, sqlite3_stmt *st, int layer) {
   r->layer = layer;
 }
 
-void kiln_host_name(char *out, size_t cap) {
-  if (gethostname(out, cap) != 0) snprintf(out, cap, "unknown");
-  out[cap - 1] = '\0';
-}
-
 kiln_status kiln_txn_begin(kiln_cache *c, const char *what) {
   kiln_status rc;
   pthread_mutex_lock(&c->lock);

@@ -10,6 +10,7 @@
 
 #include "cache/remote.h"
 #include "cache/store.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/fileio.h"
 #include "common/logging.h"

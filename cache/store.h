@@ -79,6 +79,5 @@ void kiln_record_from_row(kiln_record *rec, sqlite3_stmt *st, int layer);
 
 int64_t kiln_now_s(void);
 /* This host's name (for pins and leases). */
-void kiln_host_name(char *out, size_t cap);
 
 #endif

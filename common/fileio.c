@@ -1,4 +1,5 @@
 /* Crash-safe file writes and whole-file reads. */
+#include "common/clock.h"
 #include "common/fileio.h"
 
 #include <errno.h>
@@ -50,8 +51,7 @@ kiln_status kiln_write_atomic(const char *path, const char *tmp_dir, const void 
   kiln_status rc;
   int fd = -1, n;
   char host[128];
-  if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "unknown");
-  host[sizeof host - 1] = '\0';
+  kiln_host_name(host, sizeof host);
   /* pid and host name the writer, so debris of a dead one can be told from a
    * live writer's file (kiln cache verify). */
   n = snprintf(tmp, sizeof tmp, "%s/tmp.%ld.%s.XXXXXX", tmp_dir, (long)getpid(), host);

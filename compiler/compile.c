@@ -1,4 +1,5 @@
 /* One unit, one target: NVRTC with the unit's files as in-memory headers. */
+#include "common/clock.h"
 #include "compiler/compile.h"
 
 #include <fnmatch.h>
@@ -13,12 +14,6 @@
 
 #define MAX_OPTS 32
 #define MAX_FILES 64
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 static int max_i(int a, int b) {
   return a > b ? a : b;
@@ -114,7 +109,7 @@ kiln_status kiln_compile_unit(kiln_artifact *out, const kiln_unit_info *unit,
   nvrtcProgram prog = NULL;
   char *src = NULL;
   int argc = 0, nh = 0, delay = 0;
-  double t0 = now_ms();
+  double t0 = kiln_clock_ms();
   nvrtcResult cr;
   kiln_status rc;
 
@@ -160,7 +155,7 @@ kiln_status kiln_compile_unit(kiln_artifact *out, const kiln_unit_info *unit,
   } else {
     kiln_parse_resources(&out->res, out->log);
   }
-  out->ms = now_ms() - t0;
+  out->ms = kiln_clock_ms() - t0;
 out:
   if (prog) api->DestroyProgram(&prog);
   free(src);

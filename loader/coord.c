@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "cache/store.h"
+#include "common/clock.h"
 #include "common/digest.h"
 #include "common/error.h"
 #include "common/logging.h"
@@ -34,12 +35,6 @@
 #define OFF_FAILED 0            /* a rank failed locally */
 #define OFF_CFG 32              /* configuration fingerprint, then its complement */
 #define OFF_FP 96               /* artifact fingerprint, then its complement */
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 typedef struct run {
   coord_params p;
@@ -64,18 +59,18 @@ static void timeline(run *r, const char *fmt, ...) {
   vsnprintf(line, sizeof line, fmt, ap);
   va_end(ap);
   kiln_log(KILN_LOG_INFO, "coord rank %d/%d +%.3f s: %s", r->c->rank, r->c->size,
-           (now_ms() - r->t0) / 1e3, line);
+           (kiln_clock_ms() - r->t0) / 1e3, line);
 }
 
 /* One collective, timed; a failure aborts the communicator. */
 static kiln_status collective(run *r, int bcast, void *buf, size_t n, const char *what) {
   const kiln_comm *c = r->c;
-  double t = now_ms(), dt;
+  double t = kiln_clock_ms(), dt;
   kiln_status st;
   if (r->aborted) return kiln_fail(KILN_EPEER, "coordination: the communicator was aborted");
   st = bcast ? c->broadcast(c->self, buf, n, 0, r->p.timeout_s)
              : c->max_reduce(c->self, buf, n, r->p.timeout_s);
-  dt = now_ms() - t;
+  dt = kiln_clock_ms() - t;
   r->rep->collectives++;
   if (dt > r->rep->longest_wait_ms) {
     r->rep->longest_wait_ms = dt;
@@ -267,13 +262,13 @@ static void wait_heartbeat(build_state *b, double since) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts); /* the cond waits on this clock (root_build) */
   {
-    double left = until - now_ms();
+    double left = until - kiln_clock_ms();
     long long ns = left > 0 ? (long long)(left * 1e6) : 0;
     ts.tv_sec += ns / 1000000000LL;
     ts.tv_nsec += ns % 1000000000LL;
     if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
   }
-  while (!b->finished && now_ms() < until)
+  while (!b->finished && kiln_clock_ms() < until)
     if (pthread_cond_timedwait(&b->cond, &b->lock, &ts) != 0) break;
 }
 
@@ -285,7 +280,7 @@ static void frame_from(build_state *b, coord_frame *f, uint32_t seq) {
   f->total = b->total;
   f->status = b->status;
   f->pid = (int64_t)getpid();
-  f->elapsed_s = (now_ms() - b->r->t0) / 1e3;
+  f->elapsed_s = (kiln_clock_ms() - b->r->t0) / 1e3;
   kiln_host_name(f->host, sizeof f->host);
   snprintf(f->unit, sizeof f->unit, "%s", b->unit);
   snprintf(f->target, sizeof f->target, "%s", b->target);
@@ -333,7 +328,7 @@ static kiln_status root_build(run *r, const uint8_t *map, size_t missing) {
              kiln_cpu_count() == 1 ? "" : "s");
   for (uint32_t seq = 0;; seq++) {
     char what[48];
-    double sent = now_ms();
+    double sent = kiln_clock_ms();
     pthread_mutex_lock(&b.lock);
     frame_from(&b, &f, seq);
     pthread_mutex_unlock(&b.lock);
@@ -625,7 +620,7 @@ kiln_status kiln_coord_run(const coord_params *p, const coord_hooks *h, kiln_sta
   r.h = h;
   r.c = p->comm;
   r.rep = rep;
-  r.t0 = now_ms();
+  r.t0 = kiln_clock_ms();
   if (!(r.p.timeout_s > 0)) r.p.timeout_s = timeout_or_default(0); /* a failed setup */
   memset(rep, 0, sizeof *rep);
   rep->rank = p->comm->rank;
@@ -671,7 +666,7 @@ kiln_status kiln_coord_run(const coord_params *p, const coord_hooks *h, kiln_sta
   KILN_CHECK(distribute(&r, buf, &local_rc, err, sizeof err));
   rc = final_check(&r, local_rc, local_rc != KILN_OK ? err : "");
 out:
-  rep->total_ms = now_ms() - r.t0;
+  rep->total_ms = kiln_clock_ms() - r.t0;
   if (rc == KILN_OK)
     TL(&r, "ready: %zu collectives, longest wait %.1f ms (%s), %zu received (%llu bytes)",
        rep->collectives, rep->longest_wait_ms, rep->longest_what, rep->received,
@@ -743,7 +738,7 @@ kiln_status kiln_coord_fail(const kiln_comm *comm, double timeout_s) {
   r.p = p;
   r.c = comm;
   r.rep = &rep;
-  r.t0 = now_ms();
+  r.t0 = kiln_clock_ms();
   if (!(buf = calloc(1, HDR + COORD_MAP_BYTES))) {
     rc = kiln_fail(KILN_ENOMEM, "out of memory");
     goto out;

@@ -22,6 +22,7 @@
 #include <string.h>  /* memcpy, strlen */
 #include <time.h>    /* clock_gettime, nanosleep */
 
+#include "common/clock.h"
 #include "common/error.h"   /* kiln_fail, KILN_CHECK */
 #include "common/logging.h" /* kiln_log */
 #include "common/params.h"  /* kiln_param_nccl_library */
@@ -174,12 +175,6 @@ typedef struct nccl_comm {
 #define FIRST_SLEEP_S 50e-6
 #define LONGEST_SLEEP_S 2e-3
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void sleep_s(double s) {
   struct timespec ts;
   ts.tv_sec = (time_t)s;
@@ -223,7 +218,7 @@ static kiln_status call_fail(nccl_comm *c, const call *k, kiln_status st, const 
  * communicator's last call has been enqueued (NCCL no longer answers
  * ncclInProgress), checking for an asynchronous NCCL error on every poll. */
 static kiln_status poll_until(nccl_comm *c, const call *k, int want_stream) {
-  double start = now_s(), pause = FIRST_SLEEP_S, t;
+  double start = (kiln_clock_ms() / 1e3), pause = FIRST_SLEEP_S, t;
   char detail[320], text[256];
   for (;;) {
     ncclResult_t async = NCCL_SUCCESS, r;
@@ -241,7 +236,7 @@ static kiln_status poll_until(nccl_comm *c, const call *k, int want_stream) {
       return call_fail(c, k, KILN_EDRIVER, detail);
     }
     if (want_stream ? q == CUDA_SUCCESS : async == NCCL_SUCCESS) return KILN_OK;
-    t = now_s();
+    t = (kiln_clock_ms() / 1e3);
     if (t >= k->deadline) {
       snprintf(detail, sizeof detail,
                "did not complete within %g s (a rank did not join, or the link is too slow)",
@@ -338,7 +333,7 @@ static kiln_status collective(nccl_comm *c, call *k, void *buf) {
     rc = kiln_cuda_fail(r, "nccl: making the communicator's context current");
     goto out;
   }
-  k->deadline = now_s() + k->timeout_s;
+  k->deadline = (kiln_clock_ms() / 1e3) + k->timeout_s;
   for (size_t off = 0; off < k->bytes; off += KILN_NCCL_STAGING_BYTES) {
     size_t n = k->bytes - off < KILN_NCCL_STAGING_BYTES ? k->bytes - off : KILN_NCCL_STAGING_BYTES;
     KILN_CHECK(chunk(c, k, p + off, n));

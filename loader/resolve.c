@@ -5,18 +5,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "kiln/build.h"
 #include "kiln/target.h"
 #include "loader/loader_internal.h"
 #include "loader/select.h"
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 /* The driver refused the bytes themselves: such a blob is quarantined.
  * NO_BINARY_FOR_GPU, UNSUPPORTED_PTX_VERSION and INVALID_PTX say this device
@@ -46,7 +41,7 @@ static attempt try_load(kiln_loader *l, kiln_unit_slot *s, const kiln_record *wa
   CUresult r = CUDA_SUCCESS;
   attempt a = SKIPPED;
   int pushed = 0;
-  double t0 = now_ms();
+  double t0 = kiln_clock_ms();
   if (kiln_cache_get(l->cache, want->key, &rec, &blob, &size) != KILN_OK) {
     snprintf(err, err_cap, "%s: %s", want->target, kiln_last_error());
     goto out;
@@ -94,7 +89,7 @@ static attempt try_load(kiln_loader *l, kiln_unit_slot *s, const kiln_record *wa
   snprintf(s->load.target, sizeof s->load.target, "%s", rec.target);
   snprintf(s->load.digest, sizeof s->load.digest, "%s", rec.digest);
   s->load.layer = rec.layer;
-  s->load.ms = now_ms() - t0;
+  s->load.ms = kiln_clock_ms() - t0;
   if (src != KILN_LOAD_EXACT)
     kiln_log(KILN_LOG_INFO, "%s: loaded %s %s on sm_%d%s", s->unit->name,
              kiln_load_source_str(src), rec.target, l->cc,

@@ -14,6 +14,7 @@
 
 #include "cache/lease.h"
 #include "cache/store.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/params.h"
 #include "kiln/remote.h"
@@ -261,7 +262,7 @@ static void check_disk_space(doctor_ctx *x) {
 static void check_leases(doctor_ctx *x) {
   sqlite3_stmt *st = NULL;
   double stale_s = 30;
-  int64_t now = kiln_now_ms();
+  int64_t now = kiln_wall_ms();
   char list[768] = "", fix[512];
   size_t n = 0, stale = 0, live = 0;
   if (!x->cache) {

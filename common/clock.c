@@ -1,0 +1,30 @@
+/* Internal: time and host identity (common/clock.h). */
+#include "common/clock.h"
+
+#include <stdio.h>  /* snprintf */
+#include <time.h>   /* clock_gettime */
+#include <unistd.h> /* gethostname */
+
+double kiln_clock_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+int64_t kiln_wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+double kiln_thread_cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+void kiln_host_name(char *out, size_t cap) {
+  if (!cap) return;
+  if (gethostname(out, cap) != 0) snprintf(out, cap, "unknown");
+  out[cap - 1] = '\0';
+}
