@@ -25,7 +25,7 @@ bench_open_result bench_open(bench_env *env, const char *prog, int warmup) {
   o.device = 0;
   if (kiln_cuda(&env->cu) != KILN_OK || kiln_loader_open(&env->l, &o) != KILN_OK ||
       (warmup && kiln_loader_warmup(env->l, NULL) != KILN_OK) ||
-      kiln_loader_device(env->l, &env->info) != KILN_OK) {
+      kiln_loader_device(&env->info, env->l) != KILN_OK) {
     fprintf(stderr, "%s: %s\n", prog, kiln_last_error());
     goto fail;
   }
@@ -69,7 +69,7 @@ void bench_header(const bench_env *env, const char *fmt, ...) {
   putchar('\n');
   for (size_t u = 0; u < kiln_unit_count(); u++) {
     kiln_unit_load ul;
-    if (kiln_loader_unit_load(env->l, kiln_unit_at(u)->name, &ul) == KILN_OK)
+    if (kiln_loader_unit_load(&ul, env->l, kiln_unit_at(u)->name) == KILN_OK)
       printf("# %s: %s %s\n", ul.unit, kiln_load_source_str(ul.source), ul.target);
   }
 }

@@ -100,7 +100,7 @@ int main(int argc, char **argv) {
     o.n_targets = nt;
     o.kernels = glob;
     if (kiln_comm_mpi(&c, &world) != KILN_OK) die("kiln_comm_mpi");
-    if (kiln_coord_fill(cache, &o, c, &rep) != KILN_OK) die("kiln_coord_fill");
+    if (kiln_coord_fill(&rep, cache, &o, c) != KILN_OK) die("kiln_coord_fill");
     r.compiles = (double)rep.compiled;
     r.compile_cpu_s = rep.compile_cpu_s;
     r.longest_ms = rep.longest_wait_ms;

@@ -54,12 +54,14 @@ static int cmp_double(const void *a, const void *b) {
  * *open_ms gets the open alone. */
 static int warm_start(const char *dir, double *total_ms, double *open_ms) {
   kiln_loader_options o = KILN_LOADER_OPTIONS_INIT;
+  kiln_cache_options co = KILN_CACHE_OPTIONS_INIT;
   kiln_loader *l = NULL;
   int ok = 1;
   double t0, t1, t2;
+  co.dir = dir;
+  co.ro_path = "";
   o.device = 0;
-  o.cache_dir = dir;
-  o.ro_path = "";
+  o.cache = &co;
   o.offline = 1;
   t0 = now_ms();
   if (kiln_loader_open(&l, &o) != KILN_OK) goto fail;
@@ -68,7 +70,7 @@ static int warm_start(const char *dir, double *total_ms, double *open_ms) {
   t2 = now_ms();
   for (size_t u = 0; u < kiln_unit_count(); u++) {
     kiln_unit_load ul;
-    if (kiln_loader_unit_load(l, kiln_unit_at(u)->name, &ul) != KILN_OK ||
+    if (kiln_loader_unit_load(&ul, l, kiln_unit_at(u)->name) != KILN_OK ||
         ul.source != KILN_LOAD_EXACT) {
       fprintf(stderr, "loader_warm: %s was not loaded from an exact CUBIN\n",
               kiln_unit_at(u)->name);
@@ -212,7 +214,7 @@ int main(int argc, char **argv) {
     }
   }
   if (!bench_have_device("loader_warm")) return 0;
-  if (kiln_device_get_info(0, &info) != KILN_OK) {
+  if (kiln_device_get_info(&info, 0) != KILN_OK) {
     fprintf(stderr, "loader_warm: %s\n", kiln_last_error());
     return 1;
   }

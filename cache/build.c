@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "cache/lease.h"
+#include "cache/store.h"
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/logging.h"
@@ -30,7 +31,7 @@ typedef struct build_ctx {
   size_t n_todo, done;
   int failure_ttl;
   int64_t stale_ms, wait_ms;
-  int jobs;
+  int jobs, offline; /* resolved from the options and the environment */
   pthread_mutex_t lock;
   /* the heartbeat that renews this handle's leases while it compiles */
   pthread_t hb_thread;
@@ -46,7 +47,7 @@ static pthread_once_t compile_options_once = PTHREAD_ONCE_INIT;
 static void read_compile_options(void) {
   const char *extra = NULL;
   size_t len = strlen(compile_options);
-  if (kiln_param_nvrtc_options(&extra) != KILN_OK || !extra) return;
+  if (kiln_param_nvrtc_options_checked(&extra) != KILN_OK || !extra) return;
   /* one space between options, whatever the variable had: same options, same key */
   for (const char *p = extra; *p && len + 2 < sizeof compile_options; p++) {
     if (*p == ' ' && (p[1] == ' ' || p[1] == '\0')) continue;
@@ -152,7 +153,7 @@ static kiln_status settle_from_cache(build_ctx *b, size_t idx, kiln_build_outcom
                                      int *settled) {
   kiln_build_item *it = &b->s->items[idx];
   char *log = NULL;
-  kiln_status rc = kiln_cache_get(b->cache, b->keys[idx], &it->record, NULL, NULL);
+  kiln_status rc = kiln_cache_get(&it->record, NULL, NULL, b->cache, b->keys[idx]);
   *settled = 1;
   if (rc == KILN_OK) {
     it->outcome = hit;
@@ -160,7 +161,7 @@ static kiln_status settle_from_cache(build_ctx *b, size_t idx, kiln_build_outcom
     return KILN_OK;
   }
   if (rc != KILN_ENOTFOUND) return rc;
-  if (kiln_cache_get_failure(b->cache, b->keys[idx], &log) == KILN_OK) {
+  if (kiln_cache_get_failure(&log, b->cache, b->keys[idx]) == KILN_OK) {
     char msg[512];
     snprintf(msg, sizeof msg,
              "%s for %s failed to compile%s (remembered for KILN_FAILURE_TTL seconds; "
@@ -312,7 +313,7 @@ static void upload_plan(build_ctx *b) {
     if (o == KILN_BUILD_HIT || o == KILN_BUILD_BUILT || o == KILN_BUILD_SHARED)
       keys[n++] = b->keys[i];
   }
-  s->upload_status = kiln_remote_upload(b->cache, keys, n, &s->uploaded);
+  s->upload_status = kiln_remote_upload(&s->uploaded, b->cache, keys, n);
   if (s->upload_status != KILN_OK) {
     snprintf(s->upload_error, sizeof s->upload_error, "%s", kiln_last_error());
     kiln_log(KILN_LOG_WARN, "%s", s->upload_error);
@@ -373,7 +374,7 @@ static kiln_status single_flight(build_ctx *b) {
     }
     n_pending = n_wait;
     if (n_mine) KILN_CHECK(fetch_mine(b, mine, &n_mine));
-    if (n_mine && b->opts->offline) refuse_offline(b, mine, &n_mine);
+    if (n_mine && b->offline) refuse_offline(b, mine, &n_mine);
     if (n_mine) {
       b->todo = mine; /* compile_task reads b->todo */
       b->n_todo = n_mine;
@@ -453,6 +454,12 @@ static void summarise(kiln_build_summary *s) {
   }
 }
 
+kiln_status kiln_build_options_init(kiln_build_options *opts, int version) {
+  static const kiln_build_options init = KILN_BUILD_OPTIONS_INIT;
+  return kiln_options_init(opts, &init, sizeof init, version, KILN_BUILD_OPTIONS_VERSION,
+                           "kiln_build_options");
+}
+
 kiln_status kiln_build(kiln_build_summary **out, kiln_cache *cache, const kiln_build_options *o) {
   build_ctx b;
   kiln_build_summary *s = NULL;
@@ -466,27 +473,24 @@ kiln_status kiln_build(kiln_build_summary **out, kiln_cache *cache, const kiln_b
     rc = kiln_fail(KILN_EINVAL, "kiln_build: no cache, options or targets");
     goto out;
   }
-  if (o->version != KILN_BUILD_OPTIONS_VERSION) {
-    rc = kiln_fail(KILN_EINVAL, "kiln_build_options: unknown version %d", o->version);
-    goto out;
-  }
+  KILN_CHECK(kiln_options_check(o->version, KILN_BUILD_OPTIONS_VERSION, "kiln_build_options"));
   s = calloc(1, sizeof *s);
   if (!s) {
     rc = kiln_fail(KILN_ENOMEM, "out of memory");
     goto out;
   }
-  b.jobs = o->jobs;
-  if (b.jobs <= 0) KILN_CHECK(kiln_param_jobs(&b.jobs));
-  stale_s = o->lease_stale_s;
-  if (stale_s <= 0) KILN_CHECK(kiln_param_lease_stale_s(&stale_s));
-  wait_s = o->wait_timeout_s;
-  if (wait_s <= 0) KILN_CHECK(kiln_param_build_timeout_s(&wait_s));
+  KILN_CHECK(kiln_option_int(&b.jobs, o->jobs, KILN_P_jobs, "kiln_build_options.jobs"));
+  KILN_CHECK(kiln_option_int(&b.offline, o->offline, KILN_P_offline, "kiln_build_options.offline"));
+  KILN_CHECK(kiln_option_seconds(&stale_s, o->lease_stale_s, KILN_P_lease_stale_s,
+                                 "kiln_build_options.lease_stale_s"));
+  KILN_CHECK(kiln_option_seconds(&wait_s, o->wait_timeout_s, KILN_P_build_timeout_s,
+                                 "kiln_build_options.wait_timeout_s"));
   b.stale_ms = (int64_t)(stale_s * 1000);
   b.wait_ms = (int64_t)(wait_s * 1000);
   KILN_CHECK(kiln_toolchain_id(b.toolchain));
   {
     const char *extra = NULL;
-    KILN_CHECK(kiln_param_nvrtc_options(&extra));
+    KILN_CHECK(kiln_param_nvrtc_options_checked(&extra));
   }
   b.options = kiln_build_compile_options();
   KILN_CHECK(kiln_param_failure_ttl(&b.failure_ttl));

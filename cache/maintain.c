@@ -107,7 +107,7 @@ static kiln_status list_layer(sqlite3 *db, int layer, const char *order, kiln_re
   return rc;
 }
 
-kiln_status kiln_cache_list(kiln_cache *c, kiln_record **out, size_t *n) {
+kiln_status kiln_cache_list(kiln_record **out, size_t *n, kiln_cache *c) {
   kiln_record *v = NULL;
   size_t cnt = 0, cap = 0;
   kiln_status rc = list_layer(c->primary.db, 0, BY_NAME, &v, &cnt, &cap);
@@ -134,7 +134,7 @@ static void stat_blob(const char *path, const char *digest, const struct stat *s
   s->blob_bytes += (uint64_t)st->st_size;
 }
 
-kiln_status kiln_cache_stats_get(kiln_cache *c, kiln_cache_stats *out) {
+kiln_status kiln_cache_stats_get(kiln_cache_stats *out, kiln_cache *c) {
   kiln_status rc;
   memset(out, 0, sizeof *out);
   KILN_CHECK(query_u64(c->primary.db, "SELECT count(*) FROM records", 0, &out->records));
@@ -164,7 +164,7 @@ out:
   return rc;
 }
 
-kiln_status kiln_cache_layers(kiln_cache *c, kiln_cache_layer_info **out, size_t *n) {
+kiln_status kiln_cache_layers(kiln_cache_layer_info **out, size_t *n, kiln_cache *c) {
   kiln_cache_layer_info *v;
   kiln_status rc;
   if (!c || !out || !n) return kiln_fail(KILN_EINVAL, "kiln_cache_layers: NULL argument");
@@ -189,12 +189,12 @@ kiln_status kiln_cache_layers(kiln_cache *c, kiln_cache_layer_info **out, size_t
 
 typedef struct verify_ctx {
   kiln_cache *c;
-  kiln_verify_report *r;
+  kiln_cache_verify_report *r;
   kiln_status rc;
 } verify_ctx;
 
 static void add_issue(verify_ctx *v, const char *path, const char *what) {
-  kiln_verify_issue *ni = realloc(v->r->issues, (v->r->n_issues + 1) * sizeof *ni);
+  kiln_cache_verify_issue *ni = realloc(v->r->issues, (v->r->n_issues + 1) * sizeof *ni);
   v->r->bad++;
   if (!ni) {
     v->rc = kiln_fail(KILN_ENOMEM, "out of memory");
@@ -279,7 +279,7 @@ static void clean_tmp(kiln_cache *c) {
   closedir(d);
 }
 
-kiln_status kiln_cache_verify(kiln_cache *c, kiln_verify_report *out) {
+kiln_status kiln_cache_verify(kiln_cache_verify_report *out, kiln_cache *c) {
   verify_ctx v = {c, out, KILN_OK};
   sqlite3_stmt *st = NULL;
   kiln_status rc;
@@ -299,7 +299,7 @@ out:
   return rc;
 }
 
-void kiln_verify_report_free(kiln_verify_report *r) {
+void kiln_cache_verify_report_free(kiln_cache_verify_report *r) {
   if (!r) return;
   free(r->issues);
   memset(r, 0, sizeof *r);
@@ -436,7 +436,7 @@ static kiln_status remove_record(kiln_cache *c, const kiln_record *rec, int chec
   return kiln_txn_end(c, rc, "remove record");
 }
 
-kiln_status kiln_cache_gc(kiln_cache *c, uint64_t max_bytes, kiln_gc_report *out) {
+kiln_status kiln_cache_gc(kiln_cache_gc_report *out, kiln_cache *c, uint64_t max_bytes) {
   kiln_record *recs = NULL;
   size_t n = 0, cap = 0;
   blob_list b = {0};
@@ -467,7 +467,7 @@ out:
   return rc;
 }
 
-kiln_status kiln_cache_rm(kiln_cache *c, const char *pattern, uint64_t *removed) {
+kiln_status kiln_cache_rm(uint64_t *removed, kiln_cache *c, const char *pattern) {
   kiln_record *recs = NULL;
   size_t n = 0, cap = 0;
   uint64_t freed = 0, blobs = 0;

@@ -73,8 +73,7 @@ static void touch(kiln_cache *c, const kiln_record *rec) {
   sqlite3_finalize(st);
 }
 
-kiln_status kiln_cache_get(kiln_cache *c, const char *key, kiln_record *out_rec, uint8_t **out_blob,
-                           size_t *out_size) {
+kiln_status kiln_cache_get(kiln_record *out_rec, uint8_t **out_blob, size_t *out_size, kiln_cache *c, const char *key) {
   kiln_record rec;
   kiln_status rc;
   if (!c || !key) return kiln_fail(KILN_EINVAL, "kiln_cache_get: NULL argument");
@@ -239,7 +238,7 @@ kiln_status kiln_cache_put_failure(kiln_cache *c, const char *key, const char *u
   return rc;
 }
 
-kiln_status kiln_cache_get_failure(kiln_cache *c, const char *key, char **out_log) {
+kiln_status kiln_cache_get_failure(char **out_log, kiln_cache *c, const char *key) {
   sqlite3_stmt *st = NULL;
   kiln_status rc = KILN_ENOTFOUND;
   int r = sqlite3_prepare_v2(
@@ -342,8 +341,7 @@ static kiln_status find_unit_in(sqlite3 *db, int layer, const kiln_unit_info *un
   return rc;
 }
 
-kiln_status kiln_cache_find_unit(kiln_cache *c, const kiln_unit_info *unit, const char *options,
-                                 kiln_record **out, size_t *n) {
+kiln_status kiln_cache_find_unit(kiln_record **out, size_t *n, kiln_cache *c, const kiln_unit_info *unit, const char *options) {
   size_t cap = 0;
   kiln_status rc = KILN_OK;
   if (!c || !unit || !options || !out || !n)

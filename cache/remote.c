@@ -60,16 +60,18 @@ static kiln_status read_secret(const char *path, const char *what, uint8_t **out
 }
 
 static kiln_status http_config(kiln_http_config *cfg, const kiln_remote_options *o) {
-  const char *ca = o->ca_file ? o->ca_file : kiln_param_remote_ca_file();
-  const char *token = o->token_file ? o->token_file : kiln_param_remote_token_file();
-  double connect_s = o->connect_timeout_s, total_s = o->timeout_s;
+  const char *ca = kiln_option_str(o->ca_file, KILN_P_remote_ca_file);
+  const char *token = kiln_option_str(o->token_file, KILN_P_remote_token_file);
+  double connect_s, total_s;
   kiln_status rc = KILN_OK;
-  cfg->retries = o->retries;
-  cfg->parallel = o->parallel;
-  if (connect_s <= 0) KILN_CHECK(kiln_param_remote_connect_timeout_s(&connect_s));
-  if (total_s <= 0) KILN_CHECK(kiln_param_remote_timeout_s(&total_s));
-  if (cfg->retries < 0) KILN_CHECK(kiln_param_remote_retries(&cfg->retries));
-  if (cfg->parallel <= 0) KILN_CHECK(kiln_param_remote_parallel(&cfg->parallel));
+  KILN_CHECK(kiln_option_seconds(&connect_s, o->connect_timeout_s, KILN_P_remote_connect_timeout_s,
+                                 "kiln_remote_options.connect_timeout_s"));
+  KILN_CHECK(kiln_option_seconds(&total_s, o->timeout_s, KILN_P_remote_timeout_s,
+                                 "kiln_remote_options.timeout_s"));
+  KILN_CHECK(kiln_option_int(&cfg->retries, o->retries, KILN_P_remote_retries,
+                             "kiln_remote_options.retries"));
+  KILN_CHECK(kiln_option_int(&cfg->parallel, o->parallel, KILN_P_remote_parallel,
+                             "kiln_remote_options.parallel"));
   cfg->connect_timeout_ms = (long)(connect_s * 1000);
   cfg->timeout_ms = (long)(total_s * 1000);
   cfg->backoff_ms = 100;
@@ -104,6 +106,12 @@ out:
   return rc;
 }
 
+kiln_status kiln_remote_options_init(kiln_remote_options *opts, int version) {
+  static const kiln_remote_options init = KILN_REMOTE_OPTIONS_INIT;
+  return kiln_options_init(opts, &init, sizeof init, version, KILN_REMOTE_OPTIONS_VERSION,
+                           "kiln_remote_options");
+}
+
 kiln_status kiln_cache_set_remote(kiln_cache *c, const kiln_remote_options *opts) {
   kiln_remote_options dflt = KILN_REMOTE_OPTIONS_INIT;
   const kiln_remote_options *o = opts ? opts : &dflt;
@@ -113,9 +121,9 @@ kiln_status kiln_cache_set_remote(kiln_cache *c, const kiln_remote_options *opts
   size_t len;
   kiln_status rc = KILN_OK;
   if (!c) return kiln_fail(KILN_EINVAL, "kiln_cache_set_remote: no cache");
-  if (o->version != KILN_REMOTE_OPTIONS_VERSION)
-    return kiln_fail(KILN_EINVAL, "kiln_remote_options: unknown version %d", o->version);
-  url = o->url ? o->url : kiln_param_remote_url();
+  rc = kiln_options_check(o->version, KILN_REMOTE_OPTIONS_VERSION, "kiln_remote_options");
+  if (rc != KILN_OK) return rc;
+  url = kiln_option_str(o->url, KILN_P_remote_url);
   if (!url || !*url) goto attach; /* no remote */
   len = strlen(url);
   while (len && url[len - 1] == '/')
@@ -138,9 +146,9 @@ kiln_status kiln_cache_set_remote(kiln_cache *c, const kiln_remote_options *opts
   memcpy(r->url, url, len);
   memcpy(cfg->base, url, len);
   r->tls = strncmp(url, "https://", 8) == 0;
-  r->upload = o->upload;
-  if (r->upload < 0) KILN_CHECK(kiln_param_remote_upload(&r->upload));
-  keyfile = o->hmac_key_file ? o->hmac_key_file : kiln_param_remote_hmac_key_file();
+  KILN_CHECK(kiln_option_int(&r->upload, o->upload, KILN_P_remote_upload,
+                             "kiln_remote_options.upload"));
+  keyfile = kiln_option_str(o->hmac_key_file, KILN_P_remote_hmac_key_file);
   if (keyfile && *keyfile)
     KILN_CHECK(read_secret(keyfile, "the HMAC key file", &r->key, &r->key_len));
   KILN_CHECK(http_config(cfg, o));
@@ -205,7 +213,7 @@ out:
   if (rc != KILN_OK) kiln_log(KILN_LOG_DEBUG, "%s", kiln_last_error());
 }
 
-kiln_status kiln_remote_stats_get(kiln_cache *c, kiln_remote_stats *out) {
+kiln_status kiln_remote_stats_get(kiln_remote_stats *out, kiln_cache *c) {
   sqlite3_stmt *st = NULL;
   int r;
   if (!c || !out) return kiln_fail(KILN_EINVAL, "kiln_remote_stats_get: NULL argument");
@@ -554,7 +562,7 @@ static void up_run(struct kiln_remote *r, up_item *u, size_t n, kiln_http_req *r
   free(idx);
 }
 
-kiln_status kiln_remote_upload(kiln_cache *c, const char *const *keys, size_t n, size_t *uploaded) {
+kiln_status kiln_remote_upload(size_t *uploaded, kiln_cache *c, const char *const *keys, size_t n) {
   struct kiln_remote *r;
   up_item *u = NULL;
   kiln_http_req *reqs = NULL;
@@ -582,7 +590,7 @@ kiln_status kiln_remote_upload(kiln_cache *c, const char *const *keys, size_t n,
     goto out;
   }
   for (size_t i = 0; i < n; i++) {
-    KILN_CHECK(kiln_cache_get(c, keys[i], &u[i].rec, &u[i].blob, &u[i].size));
+    KILN_CHECK(kiln_cache_get(&u[i].rec, &u[i].blob, &u[i].size, c, keys[i]));
     u[i].rec.log_digest[0] = '\0'; /* logs are not uploaded */
     KILN_CHECK(kiln_remote_record_encode(&u[i].rec, r->key, r->key_len, &u[i].doc, &u[i].doc_len));
   }
@@ -621,7 +629,7 @@ out:
 
 /* ---- check (kiln doctor) ---- */
 
-kiln_status kiln_remote_check(kiln_cache *c, kiln_remote_check_result *out) {
+kiln_status kiln_remote_check(kiln_remote_check_result *out, kiln_cache *c) {
   struct kiln_remote *r;
   kiln_http_req q;
   double t0;

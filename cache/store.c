@@ -243,6 +243,12 @@ static kiln_status new_token(char out[33]) {
   return KILN_OK;
 }
 
+kiln_status kiln_cache_options_init(kiln_cache_options *opts, int version) {
+  static const kiln_cache_options init = KILN_CACHE_OPTIONS_INIT;
+  return kiln_options_init(opts, &init, sizeof init, version, KILN_CACHE_OPTIONS_VERSION,
+                           "kiln_cache_options");
+}
+
 kiln_status kiln_cache_open(kiln_cache **out, const kiln_cache_options *opts) {
   kiln_cache_options dflt = KILN_CACHE_OPTIONS_INIT;
   kiln_cache *c;
@@ -250,8 +256,8 @@ kiln_status kiln_cache_open(kiln_cache **out, const kiln_cache_options *opts) {
   if (!out) return kiln_fail(KILN_EINVAL, "kiln_cache_open: out is NULL");
   *out = NULL;
   if (!opts) opts = &dflt;
-  if (opts->version != 1 && opts->version != KILN_CACHE_OPTIONS_VERSION)
-    return kiln_fail(KILN_EINVAL, "kiln_cache_options: unknown version %d", opts->version);
+  rc = kiln_options_check(opts->version, KILN_CACHE_OPTIONS_VERSION, "kiln_cache_options");
+  if (rc != KILN_OK) return rc;
   c = calloc(1, sizeof *c);
   if (!c) return kiln_fail(KILN_ENOMEM, "out of memory");
   pthread_mutex_init(&c->lock, NULL);
@@ -263,11 +269,11 @@ kiln_status kiln_cache_open(kiln_cache **out, const kiln_cache_options *opts) {
       goto out;
     }
   } else {
-    KILN_CHECK(kiln_param_cache_dir(c->primary.dir, sizeof c->primary.dir));
+    KILN_CHECK(kiln_param_cache_dir_path(c->primary.dir, sizeof c->primary.dir));
   }
   KILN_CHECK(open_primary(c, opts->create));
-  open_layers(c, opts->ro_path ? opts->ro_path : kiln_param_cache_path());
-  KILN_CHECK(kiln_cache_set_remote(c, opts->version >= 2 ? opts->remote : NULL));
+  open_layers(c, kiln_option_str(opts->ro_path, KILN_P_cache_path));
+  KILN_CHECK(kiln_cache_set_remote(c, opts->remote));
   *out = c;
   c = NULL;
 out:

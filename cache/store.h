@@ -80,4 +80,16 @@ void kiln_record_from_row(kiln_record *rec, sqlite3_stmt *st, int layer);
 int64_t kiln_now_s(void);
 /* This host's name (for pins and leases). */
 
+/* A failed compile, kept for ttl_s seconds so many callers do not retry it. */
+kiln_status kiln_cache_put_failure(kiln_cache *cache, const char *key, const char *unit,
+                                   const char *target, const char *log, int ttl_s);
+/* KILN_OK with the log (free()) if an unexpired failure is recorded for key. */
+kiln_status kiln_cache_get_failure(char **out_log, kiln_cache *cache, const char *key);
+/* Drops a failure record (e.g. on --rebuild). */
+kiln_status kiln_cache_clear_failure(kiln_cache *cache, const char *key);
+
+/* Pins key for this process (gc will not evict it) / releases the pin. */
+kiln_status kiln_cache_pin(kiln_cache *cache, const char *key);
+kiln_status kiln_cache_unpin(kiln_cache *cache, const char *key);
+
 #endif

@@ -25,7 +25,8 @@ kiln_status cli_comm_open(kiln_comm **out, const char *name);
 typedef struct warmup_ranks_opts {
   const char *comm, *arch, *kernels, *dir;
   int offline, json, device; /* device -1: the rank's local rank modulo the devices */
-  double timeout_s;          /* <= 0: KILN_BUILD_TIMEOUT */
+  double timeout_s;          /* KILN_ENV: KILN_BUILD_TIMEOUT */
+  double heartbeat_s;        /* KILN_ENV: KILN_HEARTBEAT_MS */
 } warmup_ranks_opts;
 int warmup_ranks(const warmup_ranks_opts *o);
 
@@ -36,6 +37,9 @@ int cli_error(const char *verb, kiln_status st);
 int cli_usage_error(const char *verb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Opens the cache at dir (NULL: from the environment). */
 kiln_status cli_open_cache(kiln_cache **out, const char *dir, int create);
+/* Parses a size such as 1048576, 64k, 500M, 2G or 2GiB (binary multiples).
+ * KILN_EINVAL when it is not one; the caller names the flag. */
+kiln_status cli_parse_size(unsigned long long *out, const char *s);
 /* "12.3 MiB" */
 const char *cli_human_size(char out[32], uint64_t bytes);
 /* Prints a JSON value on stdout with a newline and frees it. */

@@ -162,6 +162,7 @@ int cmd_build(int argc, char **argv) {
   int no_remote = 0;
   const char *arch = "all", *glob = NULL, *dir = NULL;
   kiln_build_options o = KILN_BUILD_OPTIONS_INIT;
+  o.offline = 0; /* the build command compiles; KILN_OFFLINE is for the loader and warmup */
   progress_state ps = {isatty(STDERR_FILENO), 0};
   kiln_build_summary *s = NULL;
   kiln_target *targets = NULL;

@@ -38,7 +38,7 @@ typedef struct cache_args {
 static int do_ls(kiln_cache *c, const cache_args *a) {
   kiln_record *recs = NULL;
   size_t n = 0;
-  kiln_status st = kiln_cache_list(c, &recs, &n);
+  kiln_status st = kiln_cache_list(&recs, &n, c);
   if (st != KILN_OK) return cli_error("cache ls", st);
   if (a->json) {
     json_t *arr = json_array();
@@ -73,8 +73,8 @@ static int do_stats(kiln_cache *c, const cache_args *a) {
   kiln_cache_stats s;
   kiln_remote_stats r;
   char size[32], down[32], up[32];
-  kiln_status st = kiln_cache_stats_get(c, &s);
-  if (st == KILN_OK) st = kiln_remote_stats_get(c, &r);
+  kiln_status st = kiln_cache_stats_get(&s, c);
+  if (st == KILN_OK) st = kiln_remote_stats_get(&r, c);
   if (st != KILN_OK) return cli_error("cache stats", st);
   if (a->json) {
     json_t *o = json_object();
@@ -107,8 +107,8 @@ static int do_stats(kiln_cache *c, const cache_args *a) {
 }
 
 static int do_verify(kiln_cache *c, const cache_args *a) {
-  kiln_verify_report r;
-  kiln_status st = kiln_cache_verify(c, &r);
+  kiln_cache_verify_report r;
+  kiln_status st = kiln_cache_verify(&r, c);
   int rc;
   if (st != KILN_OK) return cli_error("cache verify", st);
   if (a->json) {
@@ -130,7 +130,7 @@ static int do_verify(kiln_cache *c, const cache_args *a) {
            (unsigned long long)r.bad, r.bad ? " (the next kiln build rebuilds them)" : "");
   }
   rc = r.bad ? EXIT_FAIL : EXIT_OK;
-  kiln_verify_report_free(&r);
+  kiln_cache_verify_report_free(&r);
   return rc;
 }
 
@@ -139,8 +139,9 @@ static int check_args(const char *verb, cache_args *a) {
   if (strcmp(verb, "gc") == 0) {
     unsigned long long max = 0;
     if (!a->max_size) return cli_usage_error("cache gc", "--max-size SIZE is required (e.g. 2G)");
-    if (kiln_parse_size(&max, a->max_size, "--max-size") != KILN_OK)
-      return cli_usage_error("cache gc", "%s", kiln_last_error());
+    if (cli_parse_size(&max, a->max_size) != KILN_OK)
+      return cli_usage_error("cache gc", "--max-size: '%s' is not a size (e.g. 512M, 2G, 1048576)",
+                             a->max_size);
     a->max_bytes = max;
   } else if (a->max_size) {
     return cli_usage_error("cache", "--max-size is for 'kiln cache gc'");
@@ -157,9 +158,9 @@ static int check_args(const char *verb, cache_args *a) {
 }
 
 static int do_gc(kiln_cache *c, const cache_args *a) {
-  kiln_gc_report r;
+  kiln_cache_gc_report r;
   char freed[32], left[32];
-  kiln_status st = kiln_cache_gc(c, a->max_bytes, &r);
+  kiln_status st = kiln_cache_gc(&r, c, a->max_bytes);
   if (st != KILN_OK) return cli_error("cache gc", st);
   if (a->json) {
     json_t *o = json_object();
@@ -180,7 +181,7 @@ static int do_gc(kiln_cache *c, const cache_args *a) {
 
 static int do_rm(kiln_cache *c, const cache_args *a) {
   uint64_t removed = 0;
-  kiln_status st = kiln_cache_rm(c, a->all ? NULL : a->pattern, &removed);
+  kiln_status st = kiln_cache_rm(&removed, c, a->all ? NULL : a->pattern);
   if (st != KILN_OK) return cli_error("cache rm", st);
   if (a->json) {
     json_t *o = json_object();

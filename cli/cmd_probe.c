@@ -87,7 +87,7 @@ static json_t *caches_json(kiln_cache *cache) {
   json_t *a = json_array();
   kiln_cache_layer_info *v = NULL;
   size_t n = 0;
-  if (kiln_cache_layers(cache, &v, &n) != KILN_OK) return a;
+  if (kiln_cache_layers(&v, &n, cache) != KILN_OK) return a;
   for (size_t i = 0; i < n; i++) {
     json_t *o = json_object();
     json_object_set_new(o, "layer", json_integer(v[i].layer));
@@ -230,7 +230,7 @@ int cmd_probe(int argc, char **argv) {
   }
   for (int d = 0; st == KILN_OK && d < n; d++) {
     kiln_device_info info;
-    if (kiln_device_get_info(d, &info) != KILN_OK) continue;
+    if (kiln_device_get_info(&info, d) != KILN_OK) continue;
     json_array_append_new(gpus, gpu_json(&info));
     if (cache) units_json(units, cache, &info, nvrtc, offline);
   }

@@ -89,21 +89,23 @@ static size_t matching_units(const char *glob) {
 /* Warms one device; prints a line per unit (or adds to arr). 0 or 1. */
 static int warm_device(int ordinal, const warm_opts *w, json_t *arr) {
   kiln_loader_options o = KILN_LOADER_OPTIONS_INIT;
+  kiln_cache_options co = KILN_CACHE_OPTIONS_INIT;
   kiln_loader *l = NULL;
   kiln_device_info dev;
-  kiln_verify_summary vs;
+  kiln_loader_verify_summary vs;
   json_t *dj = json_object(), *units = json_array();
   kiln_status st;
   double t0 = now_ms(), ms;
   char err[4096];
   int rc = EXIT_OK;
   o.device = ordinal;
-  o.cache_dir = w->dir;
-  o.offline = w->offline ? 1 : -1;
+  co.dir = w->dir;
+  o.cache = &co;
+  o.offline = w->offline ? 1 : KILN_ENV;
   o.kernels = w->kernels;
   json_object_set_new(dj, "device", json_integer(ordinal));
   if ((st = kiln_loader_open(&l, &o)) != KILN_OK) goto fail;
-  kiln_loader_device(l, &dev);
+  kiln_loader_device(&dev, l);
   json_object_set_new(dj, "name", json_string(dev.name));
   json_object_set_new(dj, "arch", json_integer(dev.cc_major * 10 + dev.cc_minor));
   if (!w->json)
@@ -114,7 +116,7 @@ static int warm_device(int ordinal, const warm_opts *w, json_t *arr) {
   snprintf(err, sizeof err, "%s", kiln_last_error());
   for (size_t u = 0; u < kiln_unit_count(); u++) {
     kiln_unit_load ul;
-    if (kiln_loader_unit_load(l, kiln_unit_at(u)->name, &ul) != KILN_OK) continue;
+    if (kiln_loader_unit_load(&ul, l, kiln_unit_at(u)->name) != KILN_OK) continue;
     if (w->json)
       json_array_append_new(units, load_json(&ul));
     else
@@ -129,7 +131,7 @@ static int warm_device(int ordinal, const warm_opts *w, json_t *arr) {
     printf("kiln warmup: device %d (%s, sm_%d%d): %zu units loaded in %.1f ms\n", ordinal, dev.name,
            dev.cc_major, dev.cc_minor, matching_units(w->kernels), ms);
   if (w->verify) {
-    st = kiln_loader_verify(l, &vs);
+    st = kiln_loader_verify(&vs, l);
     json_object_set_new(dj, "verified_entries", json_integer((json_int_t)vs.entries));
     json_object_set_new(dj, "verify_failures", json_integer((json_int_t)vs.failed));
     if (st != KILN_OK) goto fail;
@@ -178,7 +180,7 @@ static int ranks_main(warmup_ranks_opts *ro, int verify, const char *device, con
     long ms = strtol(heartbeat, &end, 10);
     if (!*heartbeat || *end || ms < 10 || ms > 60000)
       return cli_usage_error("warmup", "--heartbeat '%s': milliseconds in [10, 60000]", heartbeat);
-    setenv("KILN_HEARTBEAT_MS", heartbeat, 1); /* read by libkiln, as the variable */
+    ro->heartbeat_s = ms / 1e3;
   }
   if (timeout) {
     double s = strtod(timeout, &end);
@@ -198,7 +200,7 @@ int cmd_warmup(int argc, char **argv) {
       {"arch", required_argument, 0, 'a'},    {"heartbeat", required_argument, 0, 'B'},
       {"timeout", required_argument, 0, 'T'}, {0, 0, 0, 0}};
   warm_opts w = {NULL, NULL, 0, 0, 0};
-  warmup_ranks_opts ro = {NULL, NULL, NULL, NULL, 0, 0, -1, 0};
+  warmup_ranks_opts ro = {.device = -1, .timeout_s = KILN_ENV, .heartbeat_s = KILN_ENV};
   const char *device = "all", *heartbeat = NULL, *timeout = NULL;
   int device_set = 0;
   json_t *arr = json_array();

@@ -10,7 +10,8 @@
 #include "cli/cli.h"
 #include "kiln/comm_mpi.h"
 
-#define MPI_SONAME "libkiln_mpi.so.0"
+/* libkiln_mpi.so.<soversion>, from CMake: the one built with this kiln */
+#define MPI_SONAME KILN_MPI_SONAME
 
 /* KILN_MPI_LIBRARY, then next to this executable (the build tree), then
  * ../lib (an install), then the loader's search path. */

@@ -1,4 +1,6 @@
 /* Helpers shared by the kiln subcommands. */
+#include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,4 +69,29 @@ json_t *cli_record_json(const kiln_record *r) {
   json_object_set_new(o, "last_used", json_integer(r->last_used));
   json_object_set_new(o, "layer", json_integer(r->layer));
   return o;
+}
+
+kiln_status cli_parse_size(unsigned long long *out, const char *s) {
+  char *end = NULL;
+  unsigned long long v, mult = 1;
+  if (!s || *s < '0' || *s > '9') return KILN_EINVAL; /* strtoull would take " -1" or "+5" */
+  errno = 0;
+  v = strtoull(s, &end, 10);
+  if (errno || end == s) return KILN_EINVAL;
+  if (*end) {
+    switch (*end) {
+    case 'k': case 'K': mult = 1ULL << 10; break;
+    case 'm': case 'M': mult = 1ULL << 20; break;
+    case 'g': case 'G': mult = 1ULL << 30; break;
+    case 't': case 'T': mult = 1ULL << 40; break;
+    default: return KILN_EINVAL;
+    }
+    end++;
+    if (*end == 'i') end++;
+    if (*end == 'B' || *end == 'b') end++;
+    if (*end) return KILN_EINVAL;
+  }
+  if (v > ULLONG_MAX / mult) return KILN_EINVAL;
+  *out = v * mult;
+  return KILN_OK;
 }

@@ -57,7 +57,7 @@ static json_t *artifacts_json(kiln_cache *cache, const kiln_target *t, size_t nt
       json_object_set_new(o, "unit", json_string(unit->name));
       json_object_set_new(o, "target", json_string(name));
       if (kiln_cache_key(key, unit, name, kiln_build_compile_options(), toolchain) == KILN_OK &&
-          kiln_cache_get(cache, key, &rec, NULL, NULL) == KILN_OK)
+          kiln_cache_get(&rec, NULL, NULL, cache, key) == KILN_OK)
         json_object_set_new(o, "digest", json_string(rec.digest));
       else
         json_object_set_new(o, "digest", json_null());
@@ -71,7 +71,7 @@ static json_t *artifacts_json(kiln_cache *cache, const kiln_target *t, size_t nt
 static kiln_status any_without_gpu(const kiln_comm *c, double timeout_s, int *out) {
   int n = 0;
   *out = kiln_device_count(&n) != KILN_OK || n == 0;
-  return kiln_coord_any(c, out, timeout_s);
+  return kiln_coord_any(out, c, timeout_s);
 }
 
 /* This rank cannot take part (st, with kiln's last error, says why): it
@@ -88,6 +88,7 @@ static kiln_status cannot_start(const kiln_comm *c, double timeout_s, kiln_statu
 static kiln_status load_here(const warmup_ranks_opts *o, const kiln_comm *c, json_t *out,
                              kiln_coord_report *rep, char *err, size_t cap) {
   kiln_loader_options lo = KILN_LOADER_OPTIONS_INIT;
+  kiln_cache_options lco = KILN_CACHE_OPTIONS_INIT;
   kiln_loader *l = NULL;
   kiln_device_info dev;
   json_t *units = json_array();
@@ -103,24 +104,26 @@ static kiln_status load_here(const warmup_ranks_opts *o, const kiln_comm *c, jso
     goto out;
   }
   lo.device = o->device >= 0 ? o->device : local_rank(c->rank) % (n ? n : 1);
-  lo.cache_dir = o->dir;
-  lo.offline = o->offline ? 1 : -1;
+  lco.dir = o->dir;
+  lo.cache = &lco;
+  lo.offline = o->offline ? 1 : KILN_ENV;
   lo.kernels = o->kernels;
   lo.build_timeout_s = o->timeout_s;
+  lo.heartbeat_s = o->heartbeat_s;
   if ((st = kiln_loader_open(&l, &lo)) != KILN_OK) {
     st = cannot_start(c, o->timeout_s, st, err, cap);
     goto out;
   }
-  kiln_loader_device(l, &dev);
+  kiln_loader_device(&dev, l);
   json_object_set_new(out, "device", json_integer(dev.ordinal));
   json_object_set_new(out, "gpu", json_string(dev.name));
   st = kiln_loader_warmup(l, c);
   if (st != KILN_OK) snprintf(err, cap, "%s", kiln_last_error()); /* before the lookups below */
-  kiln_loader_coord_report(l, rep);
+  kiln_loader_coord_report(rep, l);
   for (size_t u = 0; u < kiln_unit_count(); u++) {
     kiln_unit_load ul;
     json_t *j;
-    if (kiln_loader_unit_load(l, kiln_unit_at(u)->name, &ul) != KILN_OK) continue;
+    if (kiln_loader_unit_load(&ul, l, kiln_unit_at(u)->name) != KILN_OK) continue;
     j = json_object();
     json_object_set_new(j, "unit", json_string(ul.unit));
     json_object_set_new(j, "source", json_string(kiln_load_source_str(ul.source)));
@@ -162,12 +165,13 @@ static kiln_status fill_here(const warmup_ranks_opts *o, const kiln_comm *c, jso
   co.n_targets = nt;
   co.kernels = o->kernels;
   co.timeout_s = o->timeout_s;
-  co.offline = o->offline ? 1 : -1;
+  co.heartbeat_s = o->heartbeat_s;
+  co.offline = o->offline ? 1 : KILN_ENV;
   if (c->rank == 0 && !o->json) {
     co.progress = show_progress;
     co.user = &shown;
   }
-  st = kiln_coord_fill(cache, &co, c, rep);
+  st = kiln_coord_fill(rep, cache, &co, c);
 out:
   if (st != KILN_OK && !*err) snprintf(err, cap, "%s", kiln_last_error()); /* before lookups */
   if (cache) json_object_set_new(out, "artifacts", artifacts_json(cache, t, nt, o->kernels));

@@ -1,14 +1,48 @@
-/* Environment parameters, read in one place. */
+/* Environment parameters (common/params.def), read once, in one place. */
 #include "common/params.h"
 
 #include <errno.h>
-#include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "common/error.h"
+#include "common/logging.h"
+#include "kiln/api.h"
+
+typedef enum { P_INT, P_SECONDS, P_STR, P_LOG } param_type;
+
+typedef struct param_def {
+  const char *name;
+  param_type type;
+  double dflt, lo, hi; /* P_SECONDS: lo is 0, exclusive */
+} param_def;
+
+static const param_def defs[KILN_P_COUNT] = {
+#define KILN_PARAM_INT(id, name, d, l, h, what) [KILN_P_##id] = {name, P_INT, d, l, h},
+#define KILN_PARAM_SECONDS(id, name, d, h, what) [KILN_P_##id] = {name, P_SECONDS, d, 0, h},
+#define KILN_PARAM_STR(id, name, what) [KILN_P_##id] = {name, P_STR, 0, 0, 0},
+#define KILN_PARAM_LOG(id, name, what) [KILN_P_##id] = {name, P_LOG, 0, 0, 0},
+#include "common/params.def"
+#undef KILN_PARAM_INT
+#undef KILN_PARAM_SECONDS
+#undef KILN_PARAM_STR
+#undef KILN_PARAM_LOG
+};
+
+/* What one variable read as: kept from its first use on. */
+typedef struct param_value {
+  int read;
+  kiln_status status;
+  double num;
+  char *str;       /* strdup of the value (a text variable), or NULL */
+  char *raw;       /* strdup of the value as set (any variable), or NULL */
+  char error[256]; /* the message when status is not KILN_OK */
+} param_value;
+
+static param_value values[KILN_P_COUNT];
+static pthread_mutex_t values_lock = PTHREAD_MUTEX_INITIALIZER;
 
 kiln_status kiln_parse_int(long long *out, const char *s, long long lo, long long hi,
                            const char *what) {
@@ -23,59 +57,154 @@ kiln_status kiln_parse_int(long long *out, const char *s, long long lo, long lon
   return KILN_OK;
 }
 
-KILN_API kiln_status kiln_parse_size(unsigned long long *out, const char *s, const char *what) {
+/* Seconds, decimals allowed ("0.5"), in (0, hi]. */
+static kiln_status parse_seconds(double *out, const char *s, double hi, const char *what) {
   char *end = NULL;
-  unsigned long long v, mult = 1;
-  if (!s || *s < '0' || *s > '9') /* strtoull would take " -1" or "+5" */
-    return kiln_fail(KILN_EINVAL, "%s: '%s' is not a size (e.g. 512M, 2G)", what, s ? s : "");
+  double x;
   errno = 0;
-  v = strtoull(s, &end, 10);
-  if (errno || end == s) goto bad;
-  if (*end) {
-    switch (*end) {
-    case 'k': case 'K': mult = 1ULL << 10; break;
-    case 'm': case 'M': mult = 1ULL << 20; break;
-    case 'g': case 'G': mult = 1ULL << 30; break;
-    case 't': case 'T': mult = 1ULL << 40; break;
-    default: goto bad;
-    }
-    end++;
-    if (*end == 'i') end++;
-    if (*end == 'B' || *end == 'b') end++;
-    if (*end) goto bad;
-  }
-  if (v > ULLONG_MAX / mult) goto bad;
-  *out = v * mult;
+  x = strtod(s, &end);
+  if (!*s || errno || *end != '\0' || !(x > 0) || x > hi)
+    return kiln_fail(KILN_EINVAL, "%s: '%s' is not a number of seconds in (0, %g]", what, s, hi);
+  *out = x;
   return KILN_OK;
-bad:
-  return kiln_fail(KILN_EINVAL, "%s: '%s' is not a size (e.g. 512M, 2G, 1048576)", what, s);
 }
 
-static kiln_status env_int(int *out, const char *name, long long lo, long long hi, int dflt) {
-  const char *v = getenv(name);
-  long long x = 0;
-  kiln_status rc;
-  if (!v || !*v) {
-    *out = dflt;
-    return KILN_OK;
+/* Parses v (set and non-empty) into p; the error message is kept. */
+static void parse_value(param_value *p, const param_def *d, const char *v) {
+  long long i = 0;
+  p->status = KILN_OK;
+  if (d->type == P_INT) {
+    p->status = kiln_parse_int(&i, v, (long long)d->lo, (long long)d->hi, d->name);
+    p->num = (double)i;
+  } else if (d->type == P_SECONDS) {
+    p->status = parse_seconds(&p->num, v, d->hi, d->name);
+  } else if (!(p->str = strdup(v))) {
+    p->status = kiln_fail(KILN_ENOMEM, "out of memory");
   }
-  rc = kiln_parse_int(&x, v, lo, hi, name);
-  if (rc == KILN_OK) *out = (int)x;
+  if (p->status != KILN_OK) snprintf(p->error, sizeof p->error, "%s", kiln_last_error());
+}
+
+/* Reads id on first use; the caller holds values_lock. */
+static param_value *value_of(kiln_param_id id) {
+  param_value *p = &values[id];
+  const param_def *d = &defs[id];
+  const char *v;
+  if (p->read) return p;
+  p->read = 1;
+  p->num = d->dflt;
+  p->status = KILN_OK;
+  v = getenv(d->name);
+  if (!v || !*v) return p;
+  p->raw = strdup(v); /* for messages only: NULL when out of memory */
+  parse_value(p, d, v);
+  if (p->status == KILN_OK && (p->str || p->num != d->dflt))
+    kiln_log(KILN_LOG_INFO, "%s=%s (not the default)", d->name, v);
+  return p;
+}
+
+/* The value's status, with its message made the last error again. */
+static kiln_status report(const param_value *p) {
+  return p->status == KILN_OK ? KILN_OK : kiln_fail(p->status, "%s", p->error);
+}
+
+const char *kiln_param_name(kiln_param_id id) {
+  return id < KILN_P_COUNT ? defs[id].name : "?";
+}
+
+kiln_status kiln_param_int(int *out, kiln_param_id id) {
+  param_value *p;
+  kiln_status rc;
+  pthread_mutex_lock(&values_lock);
+  p = value_of(id);
+  *out = (int)(p->status == KILN_OK ? p->num : defs[id].dflt);
+  rc = report(p);
+  pthread_mutex_unlock(&values_lock);
   return rc;
 }
 
-kiln_status kiln_param_log_level(kiln_log_level *out) {
-  static const char *names[] = {"error", "warn", "info", "debug"};
-  const char *v = getenv("KILN_LOG");
-  if (!v || !*v) return KILN_ENOTFOUND;
-  for (int i = 0; i < 4; i++) {
-    if (strcasecmp(v, names[i]) == 0) {
-      *out = (kiln_log_level)i;
-      return KILN_OK;
-    }
+kiln_status kiln_param_seconds(double *out, kiln_param_id id) {
+  param_value *p;
+  kiln_status rc;
+  pthread_mutex_lock(&values_lock);
+  p = value_of(id);
+  *out = p->status == KILN_OK ? p->num : defs[id].dflt;
+  rc = report(p);
+  pthread_mutex_unlock(&values_lock);
+  return rc;
+}
+
+const char *kiln_param_str(kiln_param_id id) {
+  const char *s;
+  pthread_mutex_lock(&values_lock);
+  s = value_of(id)->str; /* never freed before kiln_params_reset */
+  pthread_mutex_unlock(&values_lock);
+  return s;
+}
+
+const char *kiln_param_raw(kiln_param_id id) {
+  const char *s;
+  pthread_mutex_lock(&values_lock);
+  s = value_of(id)->raw;
+  pthread_mutex_unlock(&values_lock);
+  return s;
+}
+
+kiln_status kiln_option_int(int *out, int value, kiln_param_id id, const char *field) {
+  const param_def *d = &defs[id];
+  if (value == KILN_ENV) return kiln_param_int(out, id);
+  if (value < d->lo || value > d->hi)
+    return kiln_fail(KILN_EINVAL, "%s: %d is not in [%.0f, %.0f] (or KILN_ENV: %s)", field, value,
+                     d->lo, d->hi, d->name);
+  *out = value;
+  return KILN_OK;
+}
+
+kiln_status kiln_option_seconds(double *out, double value, kiln_param_id id, const char *field) {
+  const param_def *d = &defs[id];
+  if (value == KILN_ENV) return kiln_param_seconds(out, id);
+  if (!(value > 0) || value > d->hi)
+    return kiln_fail(KILN_EINVAL, "%s: %g is not a number of seconds in (0, %g] (or KILN_ENV: %s)",
+                     field, value, d->hi, d->name);
+  *out = value;
+  return KILN_OK;
+}
+
+kiln_status kiln_option_ms_as_seconds(double *out, double value, kiln_param_id id,
+                                      const char *field) {
+  const param_def *d = &defs[id];
+  int ms;
+  kiln_status rc;
+  if (value == KILN_ENV) {
+    rc = kiln_param_int(&ms, id);
+    *out = ms / 1e3;
+    return rc;
   }
-  fprintf(stderr, "kiln warn: KILN_LOG='%s' is not one of error|warn|info|debug; using warn\n", v);
-  return KILN_EINVAL;
+  if (!(value >= d->lo / 1e3) || value > d->hi / 1e3)
+    return kiln_fail(KILN_EINVAL, "%s: %g is not a number of seconds in [%g, %g] (or KILN_ENV: %s)",
+                     field, value, d->lo / 1e3, d->hi / 1e3, d->name);
+  *out = value;
+  return KILN_OK;
+}
+
+const char *kiln_option_str(const char *value, kiln_param_id id) {
+  return value ? value : kiln_param_str(id);
+}
+
+kiln_status kiln_options_check(int version, int current, const char *type) {
+  if (version < 1 || version > current)
+    return kiln_fail(KILN_EINVAL, "%s: unknown version %d (this libkiln knows 1 to %d)", type,
+                     version, current);
+  return KILN_OK;
+}
+
+kiln_status kiln_options_init(void *opts, const void *init, size_t size, int version, int current,
+                              const char *type) {
+  kiln_status rc = kiln_options_check(version, current, type);
+  if (rc != KILN_OK) return rc;
+  if (!opts) return kiln_fail(KILN_EINVAL, "%s_init: opts is NULL", type);
+  memcpy(opts, init, size);
+  *(int *)opts = version; /* every options struct starts with int version */
+  return KILN_OK;
 }
 
 static kiln_status join(char *out, size_t cap, const char *a, const char *b) {
@@ -84,9 +213,9 @@ static kiln_status join(char *out, size_t cap, const char *a, const char *b) {
   return KILN_OK;
 }
 
-kiln_status kiln_param_cache_dir(char *out, size_t cap) {
-  const char *v = getenv("KILN_CACHE_DIR");
-  if (v && *v) return join(out, cap, v, "");
+kiln_status kiln_param_cache_dir_path(char *out, size_t cap) {
+  const char *v = kiln_param_cache_dir();
+  if (v) return join(out, cap, v, "");
   v = getenv("XDG_CACHE_HOME");
   if (v && *v) return join(out, cap, v, "/kiln");
   v = getenv("HOME");
@@ -94,32 +223,10 @@ kiln_status kiln_param_cache_dir(char *out, size_t cap) {
   return kiln_fail(KILN_EINVAL, "no cache directory: set KILN_CACHE_DIR or HOME, or pass --cache");
 }
 
-const char *kiln_param_cache_path(void) {
-  const char *v = getenv("KILN_CACHE_PATH");
-  return (v && *v) ? v : NULL;
-}
-
-const char *kiln_param_nvrtc_library(void) {
-  const char *v = getenv("KILN_NVRTC_LIBRARY");
-  return (v && *v) ? v : NULL;
-}
-
-kiln_status kiln_param_jobs(int *out) {
-  return env_int(out, "KILN_JOBS", 1, 4096, 0);
-}
-
-kiln_status kiln_param_failure_ttl(int *out) {
-  return env_int(out, "KILN_FAILURE_TTL", 0, 30 * 24 * 3600, 600);
-}
-
-kiln_status kiln_param_test_compile_delay_ms(int *out) {
-  return env_int(out, "KILN_TEST_COMPILE_DELAY_MS", 0, 3600 * 1000, 0);
-}
-
-kiln_status kiln_param_nvrtc_options(const char **out) {
-  const char *v = getenv("KILN_NVRTC_OPTIONS");
+kiln_status kiln_param_nvrtc_options_checked(const char **out) {
+  const char *v = kiln_param_nvrtc_options();
   *out = NULL;
-  if (!v || !*v) return KILN_OK;
+  if (!v) return KILN_OK;
   if (strlen(v) > 160)
     return kiln_fail(KILN_EINVAL, "KILN_NVRTC_OPTIONS: longer than 160 characters");
   for (const char *p = v; *p;) {
@@ -139,82 +246,12 @@ kiln_status kiln_param_nvrtc_options(const char **out) {
   return KILN_OK;
 }
 
-kiln_status kiln_param_heartbeat_ms(int *out) {
-  return env_int(out, "KILN_HEARTBEAT_MS", 10, 60 * 1000, 500);
-}
-
-const char *kiln_param_test_inject_compile_error(void) {
-  const char *v = getenv("KILN_TEST_INJECT_COMPILE_ERROR");
-  return (v && *v) ? v : NULL;
-}
-
-const char *kiln_param_cuda_library(void) {
-  const char *v = getenv("KILN_CUDA_LIBRARY");
-  return (v && *v) ? v : NULL;
-}
-
-const char *kiln_param_nccl_library(void) {
-  const char *v = getenv("KILN_NCCL_LIBRARY");
-  return (v && *v) ? v : NULL;
-}
-
-kiln_status kiln_param_offline(int *out) {
-  return env_int(out, "KILN_OFFLINE", 0, 1, 0);
-}
-
-/* Seconds, decimals allowed ("0.5"), in (0, hi]. */
-static kiln_status env_seconds(double *out, const char *name, double hi, double dflt) {
-  const char *v = getenv(name);
-  char *end = NULL;
-  double x;
-  if (!v || !*v) {
-    *out = dflt;
-    return KILN_OK;
+void kiln_params_reset(void) {
+  pthread_mutex_lock(&values_lock);
+  for (int i = 0; i < KILN_P_COUNT; i++) {
+    free(values[i].str);
+    free(values[i].raw);
+    memset(&values[i], 0, sizeof values[i]);
   }
-  errno = 0;
-  x = strtod(v, &end);
-  if (errno || *end != '\0' || !(x > 0) || x > hi)
-    return kiln_fail(KILN_EINVAL, "%s: '%s' is not a number of seconds in (0, %g]", name, v, hi);
-  *out = x;
-  return KILN_OK;
-}
-
-kiln_status kiln_param_lease_stale_s(double *out) {
-  return env_seconds(out, "KILN_LEASE_STALE", 24 * 3600, 30);
-}
-
-kiln_status kiln_param_build_timeout_s(double *out) {
-  return env_seconds(out, "KILN_BUILD_TIMEOUT", 7 * 24 * 3600, 1800);
-}
-
-/* ---- the remote cache ---- */
-
-static const char *env_str(const char *name) {
-  const char *v = getenv(name);
-  return v && *v ? v : NULL;
-}
-
-const char *kiln_param_remote_url(void) { return env_str("KILN_REMOTE_URL"); }
-const char *kiln_param_remote_token_file(void) { return env_str("KILN_REMOTE_TOKEN_FILE"); }
-const char *kiln_param_remote_hmac_key_file(void) { return env_str("KILN_REMOTE_HMAC_KEY_FILE"); }
-const char *kiln_param_remote_ca_file(void) { return env_str("KILN_REMOTE_CA_FILE"); }
-
-kiln_status kiln_param_remote_upload(int *out) {
-  return env_int(out, "KILN_REMOTE_UPLOAD", 0, 1, 0);
-}
-
-kiln_status kiln_param_remote_connect_timeout_s(double *out) {
-  return env_seconds(out, "KILN_REMOTE_CONNECT_TIMEOUT", 600, 5);
-}
-
-kiln_status kiln_param_remote_timeout_s(double *out) {
-  return env_seconds(out, "KILN_REMOTE_TIMEOUT", 3600, 60);
-}
-
-kiln_status kiln_param_remote_retries(int *out) {
-  return env_int(out, "KILN_REMOTE_RETRIES", 0, 10, 2);
-}
-
-kiln_status kiln_param_remote_parallel(int *out) {
-  return env_int(out, "KILN_REMOTE_PARALLEL", 1, 256, 16);
+  pthread_mutex_unlock(&values_lock);
 }

@@ -1,69 +1,101 @@
-/* Internal: every KILN_* environment variable is read here, and only here.
- * Bad values are errors (with the variable named), never silently ignored. */
+/* Internal: every KILN_* environment variable is read here, and only here
+ * (KILN_LOG excepted: the logger, which everything else uses, reads it itself;
+ * see common/logging.h). The variables are listed once, in common/params.def.
+ *
+ * Like NCCL_PARAM: a variable is read on first use and its value (or its
+ * error) kept for the life of the process, so a setting cannot change under a
+ * running job; each value that is not the default is logged once at info.
+ * Bad values are errors naming the variable, never silently ignored.
+ *
+ * Layering of common/: logging.c (no kiln dependency) <- error.c (kiln_fail
+ * logs its breadcrumb) <- params.c (kiln_fail, kiln_log) <- everything else. */
 #ifndef KILN_COMMON_PARAMS_H
 #define KILN_COMMON_PARAMS_H
 
 #include <stddef.h>
 
-#include "kiln/log.h"
 #include "kiln/status.h"
 
-/* KILN_LOG: error|warn|info|debug. KILN_ENOTFOUND when unset. */
-kiln_status kiln_param_log_level(kiln_log_level *out);
+typedef enum kiln_param_id {
+#define KILN_PARAM_INT(id, name, dflt, lo, hi, what) KILN_P_##id,
+#define KILN_PARAM_SECONDS(id, name, dflt, hi, what) KILN_P_##id,
+#define KILN_PARAM_STR(id, name, what) KILN_P_##id,
+#define KILN_PARAM_LOG(id, name, what) KILN_P_##id,
+#include "common/params.def"
+#undef KILN_PARAM_INT
+#undef KILN_PARAM_SECONDS
+#undef KILN_PARAM_STR
+#undef KILN_PARAM_LOG
+  KILN_P_COUNT
+} kiln_param_id;
+
+/* The variable's name, e.g. "KILN_JOBS". */
+const char *kiln_param_name(kiln_param_id id);
+
+/* An integer variable: its value, or the default when unset. KILN_EINVAL
+ * naming the variable and its range when malformed (*out is then the
+ * default, so a caller that only reports can go on). */
+kiln_status kiln_param_int(int *out, kiln_param_id id);
+/* A seconds variable, the same way. */
+kiln_status kiln_param_seconds(double *out, kiln_param_id id);
+/* A text variable, or NULL when unset or "". */
+const char *kiln_param_str(kiln_param_id id);
+/* Any variable's text as first read (e.g. to quote a malformed number), or
+ * NULL when unset or "". */
+const char *kiln_param_raw(kiln_param_id id);
+
+/* An options field that may say KILN_ENV (include/kiln/api.h): KILN_ENV
+ * takes the variable (or its default); any other value must lie in the
+ * variable's range, else KILN_EINVAL naming field. The one place where "unset
+ * means the environment" is decided. */
+kiln_status kiln_option_int(int *out, int value, kiln_param_id id, const char *field);
+kiln_status kiln_option_seconds(double *out, double value, kiln_param_id id, const char *field);
+/* A seconds field whose variable is in milliseconds (KILN_HEARTBEAT_MS). */
+kiln_status kiln_option_ms_as_seconds(double *out, double value, kiln_param_id id,
+                                      const char *field);
+/* A text options field: NULL takes the variable. */
+const char *kiln_option_str(const char *value, kiln_param_id id);
+
+/* The typed getters the rest of kiln calls, one per row of params.def. */
+#define KILN_PARAM_INT(id, name, dflt, lo, hi, what)                                               \
+  static inline kiln_status kiln_param_##id(int *out) { return kiln_param_int(out, KILN_P_##id); }
+#define KILN_PARAM_SECONDS(id, name, dflt, hi, what)                                               \
+  static inline kiln_status kiln_param_##id(double *out) {                                         \
+    return kiln_param_seconds(out, KILN_P_##id);                                                   \
+  }
+#define KILN_PARAM_STR(id, name, what)                                                             \
+  static inline const char *kiln_param_##id(void) { return kiln_param_str(KILN_P_##id); }
+#define KILN_PARAM_LOG(id, name, what)
+#include "common/params.def"
+#undef KILN_PARAM_INT
+#undef KILN_PARAM_SECONDS
+#undef KILN_PARAM_STR
+#undef KILN_PARAM_LOG
+
+/* For kiln_X_options_init: copies *init (size bytes) into *opts and sets
+ * its version (the first field). KILN_EINVAL naming type unless version is in
+ * [1, current]. */
+kiln_status kiln_options_init(void *opts, const void *init, size_t size, int version, int current,
+                              const char *type);
+/* For a function taking options: KILN_EINVAL naming type unless version is in
+ * [1, current] (an older version is read as the current one: fields are only
+ * ever appended, and each new one defaults to the old behaviour). */
+kiln_status kiln_options_check(int version, int current, const char *type);
+
 /* The primary cache directory: KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln,
  * else $HOME/.cache/kiln. */
-kiln_status kiln_param_cache_dir(char *out, size_t cap);
-/* KILN_CACHE_PATH (colon-separated read-only layers) or NULL when unset. */
-const char *kiln_param_cache_path(void);
-/* KILN_NVRTC_LIBRARY: an explicit libnvrtc to load, or NULL. */
-const char *kiln_param_nvrtc_library(void);
-/* KILN_CUDA_LIBRARY: an explicit libcuda to load, or NULL. */
-const char *kiln_param_cuda_library(void);
-/* KILN_NCCL_LIBRARY: an explicit libnccl to load (the NCCL transport), or NULL. */
-const char *kiln_param_nccl_library(void);
-/* KILN_OFFLINE: 1 forbids builds in the loader (default 0). */
-kiln_status kiln_param_offline(int *out);
-/* KILN_LEASE_STALE: seconds after which a build lease nobody renews is taken
- * over (default 30). */
-kiln_status kiln_param_lease_stale_s(double *out);
-/* KILN_BUILD_TIMEOUT: longest wait for one build, in seconds (default 1800). */
-kiln_status kiln_param_build_timeout_s(double *out);
-/* KILN_JOBS: positive integer, or 0 when unset. */
-kiln_status kiln_param_jobs(int *out);
-/* KILN_FAILURE_TTL: seconds a failed compile is remembered (default 600). */
-kiln_status kiln_param_failure_ttl(int *out);
-/* KILN_NVRTC_OPTIONS: extra NVRTC options for every build (e.g. "-lineinfo"),
- * space-separated, each starting with '-'; they go into the cache key. NULL
- * when unset; KILN_EINVAL for a malformed value. */
-kiln_status kiln_param_nvrtc_options(const char **out);
-/* KILN_HEARTBEAT_MS: the coordination root's status frame period (default 500). */
-kiln_status kiln_param_heartbeat_ms(int *out);
-/* KILN_TEST_COMPILE_DELAY_MS: test-only hook, sleeps before each compile. */
-kiln_status kiln_param_test_compile_delay_ms(int *out);
+kiln_status kiln_param_cache_dir_path(char *out, size_t cap);
+/* KILN_NVRTC_OPTIONS, checked: options split on spaces, each starting with
+ * '-', no quotes or escapes. *out NULL when unset; KILN_EINVAL when malformed. */
+kiln_status kiln_param_nvrtc_options_checked(const char **out);
 
-/* KILN_TEST_INJECT_COMPILE_ERROR: test-only hook, a unit-name glob whose
- * compiles fail with a real NVRTC error (or NULL). */
-const char *kiln_param_test_inject_compile_error(void);
-
-/* The remote cache (include/kiln/remote.h). Strings are NULL when unset or
- * empty. KILN_REMOTE_UPLOAD 0|1 (default 0); KILN_REMOTE_CONNECT_TIMEOUT
- * (default 5 s) and KILN_REMOTE_TIMEOUT (one request, default 60 s), in
- * seconds; KILN_REMOTE_RETRIES 0..10 (default 2); KILN_REMOTE_PARALLEL
- * 1..256 (default 16). */
-const char *kiln_param_remote_url(void);
-const char *kiln_param_remote_token_file(void);
-const char *kiln_param_remote_hmac_key_file(void);
-const char *kiln_param_remote_ca_file(void);
-kiln_status kiln_param_remote_upload(int *out);
-kiln_status kiln_param_remote_connect_timeout_s(double *out);
-kiln_status kiln_param_remote_timeout_s(double *out);
-kiln_status kiln_param_remote_retries(int *out);
-kiln_status kiln_param_remote_parallel(int *out);
+/* Forgets every value read, so the next use reads the environment again.
+ * For unit tests that change the environment between cases; never called by
+ * kiln itself. */
+void kiln_params_reset(void);
 
 /* Parses a decimal integer in [lo, hi] (whole string). */
 kiln_status kiln_parse_int(long long *out, const char *s, long long lo, long long hi,
                            const char *what);
-/* kiln_parse_size is public: include/kiln/cache.h. */
-#include "kiln/cache.h"
 
 #endif

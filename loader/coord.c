@@ -319,7 +319,7 @@ static kiln_status root_build(run *r, const uint8_t *map, size_t missing) {
   }
   TL(r, "root: building %zu missing (unit, target) pairs; a status frame every %.0f ms", missing,
      r->p.heartbeat_s * 1e3);
-  if (kiln_cpu_count() < kiln_cpu_online() && kiln_cpu_count() < 4 && r->p.jobs <= 0)
+  if (kiln_cpu_count() < kiln_cpu_online() && kiln_cpu_count() < 4 && r->p.jobs == 0)
     kiln_log(KILN_LOG_INFO,
              "coordination: rank 0 may run on %d of this node's %d CPUs (bound by the launcher), "
              "so it compiles on %d thread%s; `mpirun --bind-to none` (or KILN_JOBS with a wider "
@@ -400,11 +400,11 @@ kiln_status kiln_coord_find(kiln_cache *cache, const kiln_unit_info *unit, const
   kiln_record *recs = NULL;
   size_t n = 0;
   kiln_status rc;
-  KILN_CHECK(kiln_cache_find_unit(cache, unit, kiln_build_compile_options(), &recs, &n));
+  KILN_CHECK(kiln_cache_find_unit(&recs, &n, cache, unit, kiln_build_compile_options()));
   rc = kiln_fail(KILN_ENOTFOUND, "no verified record of %s for %s", unit->name, target);
   for (size_t i = 0; i < n; i++) {
     if (strcmp(recs[i].target, target) != 0) continue;
-    if (kiln_cache_get(cache, recs[i].key, out, NULL, NULL) == KILN_OK) { /* blob verified */
+    if (kiln_cache_get(out, NULL, NULL, cache, recs[i].key) == KILN_OK) { /* blob verified */
       rc = KILN_OK;
       break;
     }
@@ -424,7 +424,7 @@ static void root_read(run *r, size_t slot, coord_header *h, uint8_t **payload) {
   *payload = NULL;
   slot_names(slot, &unit, target);
   if (kiln_coord_find(r->p.cache, unit, target, &h->rec) != KILN_OK ||
-      kiln_cache_get(r->p.cache, h->rec.key, &h->rec, &blob, &size) != KILN_OK) {
+      kiln_cache_get(&h->rec, &blob, &size, r->p.cache, h->rec.key) != KILN_OK) {
     h->status = KILN_ENOTFOUND;
     snprintf(h->message, sizeof h->message,
              "rank 0 cannot read %s %s from its cache after "
@@ -433,7 +433,7 @@ static void root_read(run *r, size_t slot, coord_header *h, uint8_t **payload) {
     goto out;
   }
   if (h->rec.log_digest[0] &&
-      kiln_cache_read_blob(r->p.cache, h->rec.log_digest, &log, &log_size) != KILN_OK)
+      kiln_cache_read_blob(&log, &log_size, r->p.cache, h->rec.log_digest) != KILN_OK)
     log_size = 0; /* the log is a convenience, the artifact is what matters */
   *payload = malloc(size + log_size + 1);
   if (!*payload) {
@@ -597,13 +597,16 @@ out:
 }
 
 static kiln_status resolve_timeout(double *timeout_s) {
-  return *timeout_s > 0 ? KILN_OK : kiln_param_build_timeout_s(timeout_s);
+  return kiln_option_seconds(timeout_s, *timeout_s, KILN_P_build_timeout_s, "timeout_s");
 }
 
-/* For a rank that is already failing: a bad KILN_BUILD_TIMEOUT must not keep
- * it from telling the others. */
+/* For a rank that is already failing: a bad KILN_BUILD_TIMEOUT (or timeout_s)
+ * must not keep it from telling the others; the getter gives the default. */
 static double timeout_or_default(double timeout_s) {
-  return resolve_timeout(&timeout_s) == KILN_OK ? timeout_s : 1800;
+  double dflt;
+  if (resolve_timeout(&timeout_s) == KILN_OK) return timeout_s;
+  kiln_param_build_timeout_s(&dflt);
+  return dflt;
 }
 
 kiln_status kiln_coord_run(const coord_params *p, const coord_hooks *h, kiln_status setup,
@@ -621,7 +624,6 @@ kiln_status kiln_coord_run(const coord_params *p, const coord_hooks *h, kiln_sta
   r.c = p->comm;
   r.rep = rep;
   r.t0 = kiln_clock_ms();
-  if (!(r.p.timeout_s > 0)) r.p.timeout_s = timeout_or_default(0); /* a failed setup */
   memset(rep, 0, sizeof *rep);
   rep->rank = p->comm->rank;
   rep->size = p->comm->size;
@@ -633,6 +635,8 @@ kiln_status kiln_coord_run(const coord_params *p, const coord_hooks *h, kiln_sta
     if (setup == KILN_OK) setup = kiln_fail(KILN_ENOMEM, "coordination: out of memory");
   }
   fill_exchange(&r, setup, buf, &local_rc, err, sizeof err);
+  /* after fill_exchange took this rank's error: resolving may set another */
+  if (!(r.p.timeout_s > 0)) r.p.timeout_s = timeout_or_default(r.p.timeout_s); /* failed setup */
   TL(&r, "%zu slot%s, %zu missing here%s", rep->slots, rep->slots == 1 ? "" : "s",
      count_set(buf + HDR), local_rc != KILN_OK ? " (failed locally)" : "");
   KILN_CHECK(collective(&r, 0, buf, HDR + COORD_MAP_BYTES, "union of misses"));
@@ -686,14 +690,11 @@ out:
 
 kiln_status kiln_coord_defaults(coord_params *p) {
   kiln_status rc = KILN_OK;
-  if (p->heartbeat_s <= 0) {
-    int ms = 0;
-    KILN_CHECK(kiln_param_heartbeat_ms(&ms));
-    p->heartbeat_s = ms / 1e3;
-  }
-  if (p->timeout_s <= 0) KILN_CHECK(kiln_param_build_timeout_s(&p->timeout_s));
-  if (p->jobs <= 0) KILN_CHECK(kiln_param_jobs(&p->jobs));
-  if (p->offline < 0) KILN_CHECK(kiln_param_offline(&p->offline));
+  KILN_CHECK(kiln_option_ms_as_seconds(&p->heartbeat_s, p->heartbeat_s, KILN_P_heartbeat_ms,
+                                       "heartbeat_s"));
+  KILN_CHECK(kiln_option_seconds(&p->timeout_s, p->timeout_s, KILN_P_build_timeout_s, "timeout_s"));
+  KILN_CHECK(kiln_option_int(&p->jobs, p->jobs, KILN_P_jobs, "jobs"));
+  KILN_CHECK(kiln_option_int(&p->offline, p->offline, KILN_P_offline, "offline"));
   if (p->heartbeat_s * 2 > p->timeout_s)
     rc = kiln_fail(KILN_EINVAL,
                    "coordination: the heartbeat (%.0f ms) must be at most half the builder "
@@ -750,7 +751,7 @@ out:
   return rc;
 }
 
-kiln_status kiln_coord_any(const kiln_comm *comm, int *flag, double timeout_s) {
+kiln_status kiln_coord_any(int *flag, const kiln_comm *comm, double timeout_s) {
   uint8_t v;
   kiln_status rc;
   if (!flag) return kiln_fail(KILN_EINVAL, "kiln_coord_any: flag is NULL");

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "common/params.h"
 #include "loader/coord_internal.h"
 
 typedef struct fill {
@@ -99,8 +100,7 @@ static kiln_status setup(const kiln_coord_options *o, kiln_cache *cache, coord_p
   kiln_status rc = KILN_OK;
   if (!cache || !o || !o->targets || !o->n_targets)
     return kiln_fail(KILN_EINVAL, "kiln_coord_fill: no cache, options or targets");
-  if (o->version != KILN_COORD_OPTIONS_VERSION)
-    return kiln_fail(KILN_EINVAL, "kiln_coord_options: unknown version %d", o->version);
+  KILN_CHECK(kiln_options_check(o->version, KILN_COORD_OPTIONS_VERSION, "kiln_coord_options"));
   p->kernels = o->kernels;
   p->heartbeat_s = o->heartbeat_s;
   p->timeout_s = o->timeout_s;
@@ -119,8 +119,13 @@ out:
   return rc;
 }
 
-kiln_status kiln_coord_fill(kiln_cache *cache, const kiln_coord_options *o, const kiln_comm *comm,
-                            kiln_coord_report *report) {
+kiln_status kiln_coord_options_init(kiln_coord_options *opts, int version) {
+  static const kiln_coord_options init = KILN_COORD_OPTIONS_INIT;
+  return kiln_options_init(opts, &init, sizeof init, version, KILN_COORD_OPTIONS_VERSION,
+                           "kiln_coord_options");
+}
+
+kiln_status kiln_coord_fill(kiln_coord_report *report, kiln_cache *cache, const kiln_coord_options *o, const kiln_comm *comm) {
   kiln_coord_report dummy;
   kiln_coord_options sorted;
   kiln_target *targets = NULL;

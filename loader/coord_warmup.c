@@ -82,6 +82,7 @@ kiln_status kiln_warmup_comm(kiln_loader *l, const size_t *units, size_t n, cons
   p.cache = l->cache;
   p.comm = comm;
   p.kernels = l->kernels;
+  p.heartbeat_s = l->heartbeat_s; /* KILN_ENV until kiln_coord_defaults */
   p.timeout_s = l->timeout_s;
   p.jobs = l->jobs;
   p.offline = l->offline;
@@ -91,7 +92,7 @@ out:
   return rc;
 }
 
-kiln_status kiln_loader_coord_report(kiln_loader *l, kiln_coord_report *out) {
+kiln_status kiln_loader_coord_report(kiln_coord_report *out, kiln_loader *l) {
   if (!l || !out) return kiln_fail(KILN_EINVAL, "kiln_loader_coord_report: NULL argument");
   if (!l->have_coord) return kiln_fail(KILN_ENOTFOUND, "no multi-rank warmup ran on this loader");
   *out = l->coord;

@@ -84,7 +84,7 @@ kiln_status kiln_coord_config_fp(uint8_t out[COORD_FP_BYTES]) {
   kiln_fp_builder *b = NULL;
   const char *extra = NULL;
   kiln_status rc;
-  KILN_CHECK(kiln_param_nvrtc_options(&extra)); /* a bad value is this rank's error */
+  KILN_CHECK(kiln_param_nvrtc_options_checked(&extra)); /* a bad value is this rank's error */
   KILN_CHECK(kiln_fp_begin(&b));
   KILN_CHECK(kiln_fp_add(b, WIRE_VERSION, kiln_version(), kiln_build_compile_options()));
   for (size_t u = 0; u < kiln_unit_count(); u++) {

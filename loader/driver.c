@@ -190,7 +190,7 @@ out:
   return rc;
 }
 
-kiln_status kiln_device_get_info(int ordinal, kiln_device_info *out) {
+kiln_status kiln_device_get_info(kiln_device_info *out, int ordinal) {
   const kiln_cuda_api *cu;
   CUdevice dev;
   size_t mem = 0;

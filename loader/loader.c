@@ -40,12 +40,12 @@ static kiln_status bind_context(kiln_loader *l, int device) {
     CU_CHECK(l->cu->CtxGetDevice(&l->dev), "cuCtxGetDevice");
     ordinal = (int)l->dev; /* a CUdevice is its ordinal */
   } else {
-    KILN_CHECK(kiln_device_get_info(device, &l->info)); /* checks the ordinal */
+    KILN_CHECK(kiln_device_get_info(&l->info, device)); /* checks the ordinal */
     CU_CHECK(l->cu->DeviceGet(&l->dev, device), "cuDeviceGet");
     CU_CHECK(l->cu->DevicePrimaryCtxRetain(&l->ctx, l->dev), "cuDevicePrimaryCtxRetain");
     l->retained = 1;
   }
-  KILN_CHECK(kiln_device_get_info(ordinal, &l->info));
+  KILN_CHECK(kiln_device_get_info(&l->info, ordinal));
   l->cc = l->info.cc_major * 10 + l->info.cc_minor;
 out:
   return rc;
@@ -53,19 +53,29 @@ out:
 
 static kiln_status settings(kiln_loader *l, const kiln_loader_options *o) {
   kiln_status rc = KILN_OK;
-  l->offline = o->offline;
-  if (l->offline < 0) KILN_CHECK(kiln_param_offline(&l->offline));
-  l->stale_s = o->lease_stale_s;
-  if (l->stale_s <= 0) KILN_CHECK(kiln_param_lease_stale_s(&l->stale_s));
-  l->timeout_s = o->build_timeout_s;
-  if (l->timeout_s <= 0) KILN_CHECK(kiln_param_build_timeout_s(&l->timeout_s));
-  l->jobs = o->jobs;
-  if (o->version >= 2 && o->kernels && !(l->kernels = strdup(o->kernels)))
+  KILN_CHECK(kiln_option_int(&l->offline, o->offline, KILN_P_offline,
+                             "kiln_loader_options.offline"));
+  KILN_CHECK(kiln_option_seconds(&l->stale_s, o->lease_stale_s, KILN_P_lease_stale_s,
+                                 "kiln_loader_options.lease_stale_s"));
+  KILN_CHECK(kiln_option_seconds(&l->timeout_s, o->build_timeout_s, KILN_P_build_timeout_s,
+                                 "kiln_loader_options.build_timeout_s"));
+  KILN_CHECK(kiln_option_int(&l->jobs, o->jobs, KILN_P_jobs, "kiln_loader_options.jobs"));
+  {
+    double hb; /* checked now, kept as given: the warmup's own checks read it */
+    KILN_CHECK(kiln_option_ms_as_seconds(&hb, o->heartbeat_s, KILN_P_heartbeat_ms,
+                                         "kiln_loader_options.heartbeat_s"));
+    l->heartbeat_s = o->heartbeat_s;
+  }
+  if (o->kernels && !(l->kernels = strdup(o->kernels)))
     KILN_CHECK(kiln_fail(KILN_ENOMEM, "out of memory"));
-  if (o->log_level >= KILN_LOG_ERROR && o->log_level <= KILN_LOG_DEBUG)
-    kiln_log_set_level((kiln_log_level)o->log_level);
 out:
   return rc;
+}
+
+kiln_status kiln_loader_options_init(kiln_loader_options *opts, int version) {
+  static const kiln_loader_options init = KILN_LOADER_OPTIONS_INIT;
+  return kiln_options_init(opts, &init, sizeof init, version, KILN_LOADER_OPTIONS_VERSION,
+                           "kiln_loader_options");
 }
 
 kiln_status kiln_loader_open(kiln_loader **out, const kiln_loader_options *opts) {
@@ -76,8 +86,8 @@ kiln_status kiln_loader_open(kiln_loader **out, const kiln_loader_options *opts)
   if (!out) return kiln_fail(KILN_EINVAL, "kiln_loader_open: out is NULL");
   *out = NULL;
   if (!opts) opts = &dflt;
-  if (opts->version != KILN_LOADER_OPTIONS_VERSION && opts->version != 1)
-    return kiln_fail(KILN_EINVAL, "kiln_loader_options: unknown version %d", opts->version);
+  rc = kiln_options_check(opts->version, KILN_LOADER_OPTIONS_VERSION, "kiln_loader_options");
+  if (rc != KILN_OK) return rc;
   if (opts->device < KILN_LOADER_CURRENT_CONTEXT)
     return kiln_fail(KILN_EINVAL, "kiln_loader_options: device %d is not an ordinal", opts->device);
   l = calloc(1, sizeof *l);
@@ -86,8 +96,8 @@ kiln_status kiln_loader_open(kiln_loader **out, const kiln_loader_options *opts)
   KILN_CHECK(settings(l, opts));
   KILN_CHECK(kiln_cuda(&l->cu));
   KILN_CHECK(bind_context(l, opts->device));
-  co.dir = opts->cache_dir;
-  co.ro_path = opts->ro_path;
+  if (opts->cache) co = *opts->cache;
+  co.create = 1;
   KILN_CHECK(kiln_cache_open(&l->cache, &co));
   l->n_units = kiln_unit_count();
   l->units = calloc(l->n_units ? l->n_units : 1, sizeof *l->units);
@@ -149,7 +159,7 @@ void kiln_loader_close(kiln_loader *l) {
   free(l);
 }
 
-kiln_status kiln_loader_device(kiln_loader *l, kiln_device_info *out) {
+kiln_status kiln_loader_device(kiln_device_info *out, kiln_loader *l) {
   if (!l || !out) return kiln_fail(KILN_EINVAL, "kiln_loader_device: NULL argument");
   *out = l->info;
   return KILN_OK;
@@ -234,7 +244,7 @@ out:
   return rc;
 }
 
-kiln_status kiln_loader_function(kiln_loader *l, const char *entry, struct CUfunc_st **out) {
+kiln_status kiln_loader_function(struct CUfunc_st **out, kiln_loader *l, const char *entry) {
   if (!l || !entry || !out) return kiln_fail(KILN_EINVAL, "kiln_loader_function: NULL argument");
   *out = NULL;
   for (size_t u = 0; u < l->n_units; u++) {
@@ -250,7 +260,7 @@ kiln_status kiln_loader_function(kiln_loader *l, const char *entry, struct CUfun
   return kiln_fail(KILN_ENOTFOUND, "no entry point '%s' (see `kiln list`)", entry);
 }
 
-kiln_status kiln_loader_unit_load(kiln_loader *l, const char *unit, kiln_unit_load *out) {
+kiln_status kiln_loader_unit_load(kiln_unit_load *out, kiln_loader *l, const char *unit) {
   kiln_status rc;
   size_t u = 0;
   if (!l || !unit || !out) return kiln_fail(KILN_EINVAL, "kiln_loader_unit_load: NULL argument");

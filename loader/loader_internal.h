@@ -27,6 +27,7 @@ struct kiln_loader {
   kiln_cache *cache;
   int offline, jobs;
   double stale_s, timeout_s;
+  double heartbeat_s;    /* kiln_loader_options.heartbeat_s as given (KILN_ENV: the variable) */
   pthread_mutex_t lock;  /* resolution, module loads, unloads */
   size_t n_units;
   kiln_unit_slot *units;

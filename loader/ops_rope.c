@@ -74,7 +74,7 @@ static kiln_status launch(kiln_loader *l, const char *op, int bwd, kiln_dtype dt
   char entry[64];
   kiln_status rc;
   void *args[] = {&out, &in, &angles, &s, &b, &h, &d, &rot_dim, &lay, &bchunk};
-  KILN_CHECK(kiln_loader_device(l, &info));
+  KILN_CHECK(kiln_loader_device(&info, l));
   pick(info.sm_count > 0 ? info.sm_count : 1, s, b, h, d, &bchunk, &grid);
   snprintf(entry, sizeof entry, "kiln_rope_%s_%s_%s", bwd ? "bwd" : "fwd", kiln_dtype_str(dt),
            style == KILN_ROPE_INTERLEAVED ? "il" : "rh");

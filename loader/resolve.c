@@ -42,7 +42,7 @@ static attempt try_load(kiln_loader *l, kiln_unit_slot *s, const kiln_record *wa
   attempt a = SKIPPED;
   int pushed = 0;
   double t0 = kiln_clock_ms();
-  if (kiln_cache_get(l->cache, want->key, &rec, &blob, &size) != KILN_OK) {
+  if (kiln_cache_get(&rec, &blob, &size, l->cache, want->key) != KILN_OK) {
     snprintf(err, err_cap, "%s: %s", want->target, kiln_last_error());
     goto out;
   }
@@ -124,7 +124,7 @@ static kiln_status load_cached(kiln_loader *l, size_t u, char *held, size_t held
   char toolchain[32] = "", why[1024], err[512] = "";
   size_t n = 0, m;
   kiln_status rc;
-  KILN_CHECK(kiln_cache_find_unit(l->cache, s->unit, kiln_build_compile_options(), &recs, &n));
+  KILN_CHECK(kiln_cache_find_unit(&recs, &n, l->cache, s->unit, kiln_build_compile_options()));
   if (kiln_toolchain_id(toolchain) != KILN_OK) toolchain[0] = '\0';
   cands = calloc(n ? n : 1, sizeof *cands);
   if (!cands) {
@@ -209,6 +209,7 @@ static kiln_status build_missing(kiln_loader *l, const size_t *units, size_t n, 
   o.lease_stale_s = l->stale_s;
   o.wait_timeout_s = l->timeout_s;
   o.no_remote = 1; /* step 3 asked it already */
+  o.offline = 0;   /* an offline loader never gets here */
   kiln_log(KILN_LOG_INFO, "building %zu unit%s for sm_%d with NVRTC (not in any cache layer)", n,
            n == 1 ? "" : "s", l->cc);
   KILN_CHECK(kiln_build(&sum, l->cache, &o));

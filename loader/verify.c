@@ -220,7 +220,7 @@ static void fill(kat *k, uint64_t seed) {
   reference(k);
 }
 
-static kiln_status verify_unit(kiln_loader *l, size_t u, kiln_verify_summary *sum, char *bad,
+static kiln_status verify_unit(kiln_loader *l, size_t u, kiln_loader_verify_summary *sum, char *bad,
                                size_t bad_cap) {
   const kiln_unit_info *unit = l->units[u].unit;
   int kind = strcmp(unit->name, "scaled_masked_softmax") == 0                ? MASKED
@@ -276,7 +276,7 @@ static kiln_status verify_unit(kiln_loader *l, size_t u, kiln_verify_summary *su
   return rc;
 }
 
-kiln_status kiln_loader_verify(kiln_loader *l, kiln_verify_summary *out) {
+kiln_status kiln_loader_verify(kiln_loader_verify_summary *out, kiln_loader *l) {
   kiln_status rc = KILN_OK;
   int pushed = 0;
   if (!l || !out) return kiln_fail(KILN_EINVAL, "kiln_loader_verify: NULL argument");

@@ -81,7 +81,7 @@ kiln_status kiln_coverage_check(kiln_coverage **out, kiln_cache *cache, const ki
     if (glob && fnmatch(glob, unit->name, 0) != 0) continue;
     free(recs);
     recs = NULL;
-    KILN_CHECK(kiln_cache_find_unit(cache, unit, kiln_build_compile_options(), &recs, &n));
+    KILN_CHECK(kiln_cache_find_unit(&recs, &n, cache, unit, kiln_build_compile_options()));
     free(cands);
     if (!(cands = calloc(n ? n : 1, sizeof *cands))) {
       rc = kiln_fail(KILN_ENOMEM, "out of memory");

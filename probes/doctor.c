@@ -75,7 +75,7 @@ static void check_driver(doctor_ctx *x) {
   }
   for (int i = 0; i < x->n_gpus; i++) {
     int dup = 0;
-    if (kiln_device_get_info(i, &d) != KILN_OK) continue;
+    if (kiln_device_get_info(&d, i) != KILN_OK) continue;
     if (!x->driver || d.driver_version < x->driver) x->driver = d.driver_version;
     for (size_t k = 0; k < x->n_archs; k++)
       dup |= x->archs[k].arch == d.cc_major * 10 + d.cc_minor;
@@ -153,7 +153,7 @@ static void check_driver_artifacts(doctor_ctx *x) {
                !x->n_gpus ? "no driver to compare the artifacts with" : "no cache to read");
     return;
   }
-  if (kiln_cache_list(x->cache, &recs, &n) == KILN_OK)
+  if (kiln_cache_list(&recs, &n, x->cache) == KILN_OK)
     for (size_t i = 0; i < n; i++)
       newer += toolchain_cuda(recs[i].toolchain) > x->driver;
   free(recs);
@@ -340,7 +340,7 @@ static void check_offline(doctor_ctx *x) {
   if (kiln_probe_offline(&offline) != KILN_OK) {
     doctor_add(x->r, "offline", KILN_DOCTOR_FAIL, "set KILN_OFFLINE=0 or KILN_OFFLINE=1",
                "KILN_OFFLINE='%s' is malformed: the loader refuses to start",
-               getenv("KILN_OFFLINE") ? getenv("KILN_OFFLINE") : "");
+               kiln_param_raw(KILN_P_offline) ? kiln_param_raw(KILN_P_offline) : "");
     return;
   }
   if (!offline) {
@@ -383,7 +383,7 @@ static void check_remote(doctor_ctx *x) {
     return;
   }
   memset(&res, 0, sizeof res);
-  kiln_remote_check(x->cache, &res);
+  kiln_remote_check(&res, x->cache);
   snprintf(extra, sizeof extra, "records %s, upload %s",
            res.signing ? "signature-checked (KILN_REMOTE_HMAC_KEY_FILE)" : "not signed",
            res.upload ? "on" : "off");
@@ -412,7 +412,7 @@ static void open_cache(doctor_ctx *x) {
       len += (size_t)snprintf(ro + len, sizeof ro - len, "%s%s", i > 1 ? ":" : "", x->o->dirs[i]);
     o.ro_path = ro;
     snprintf(x->dir, sizeof x->dir, "%s", o.dir);
-  } else if (kiln_param_cache_dir(x->dir, sizeof x->dir) != KILN_OK) {
+  } else if (kiln_param_cache_dir_path(x->dir, sizeof x->dir) != KILN_OK) {
     x->dir[0] = '\0';
   }
   if (access(x->dir, F_OK) != 0) return;
@@ -427,9 +427,20 @@ static void open_cache(doctor_ctx *x) {
   }
 }
 
+kiln_status kiln_doctor_options_init(kiln_doctor_options *opts, int version) {
+  static const kiln_doctor_options init = KILN_DOCTOR_OPTIONS_INIT;
+  return kiln_options_init(opts, &init, sizeof init, version, KILN_DOCTOR_OPTIONS_VERSION,
+                           "kiln_doctor_options");
+}
+
 kiln_status kiln_doctor_run(kiln_doctor_report **out, const kiln_doctor_options *opts) {
   doctor_ctx x;
+  kiln_status rc;
   if (!out) return kiln_fail(KILN_EINVAL, "kiln_doctor_run: no out");
+  *out = NULL;
+  rc = opts ? kiln_options_check(opts->version, KILN_DOCTOR_OPTIONS_VERSION, "kiln_doctor_options")
+            : KILN_OK;
+  if (rc != KILN_OK) return rc;
   memset(&x, 0, sizeof x);
   if (!(x.r = calloc(1, sizeof *x.r))) return kiln_fail(KILN_ENOMEM, "out of memory");
   x.o = opts;

@@ -4,37 +4,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/error.h"
+#include "common/logging.h"
 #include "common/params.h"
 #include "kiln/log.h"
 #include "probes/doctor.h"
 
 extern char **environ;
 
-/* Every KILN_* variable kiln reads (common/params.c is the only reader). */
+/* Every KILN_* variable kiln reads: the rows of common/params.def. */
 static const char *const known[] = {
-    "KILN_CACHE_DIR",
-    "KILN_CACHE_PATH",
-    "KILN_JOBS",
-    "KILN_LOG",
-    "KILN_FAILURE_TTL",
-    "KILN_NVRTC_LIBRARY",
-    "KILN_CUDA_LIBRARY",
-    "KILN_OFFLINE",
-    "KILN_LEASE_STALE",
-    "KILN_BUILD_TIMEOUT",
-    "KILN_HEARTBEAT_MS",
-    "KILN_NVRTC_OPTIONS",
-    "KILN_NCCL_LIBRARY",
-    "KILN_MPI_LIBRARY",
-    "KILN_REMOTE_URL",
-    "KILN_REMOTE_TOKEN_FILE",
-    "KILN_REMOTE_HMAC_KEY_FILE",
-    "KILN_REMOTE_CA_FILE",
-    "KILN_REMOTE_UPLOAD",
-    "KILN_REMOTE_CONNECT_TIMEOUT",
-    "KILN_REMOTE_TIMEOUT",
-    "KILN_REMOTE_RETRIES",
-    "KILN_REMOTE_PARALLEL",
+#define KILN_PARAM_INT(id, name, dflt, lo, hi, what) name,
+#define KILN_PARAM_SECONDS(id, name, dflt, hi, what) name,
+#define KILN_PARAM_STR(id, name, what) name,
+#define KILN_PARAM_LOG(id, name, what) name,
+#include "common/params.def"
+#undef KILN_PARAM_INT
+#undef KILN_PARAM_SECONDS
+#undef KILN_PARAM_STR
+#undef KILN_PARAM_LOG
 };
 /* Test hooks (KILN_TEST_*) and the fake libcuda/libnccl's (KILN_FAKE_*). */
 static const char *const known_prefixes[] = {"KILN_TEST_", "KILN_FAKE_"};
@@ -107,12 +95,14 @@ static int kiln_settings_ok(kiln_doctor_report *r) {
     var = v;                                                                                       \
   else if (st == KILN_ENOTFOUND)                                                                   \
   st = KILN_OK
-  TRY("KILN_LOG", kiln_param_log_level(&lv));
+  TRY("KILN_LOG", kiln_log_env_level(&lv) == KILN_EINVAL
+                      ? kiln_fail(KILN_EINVAL, "KILN_LOG: '%s' is not one of error|warn|info|debug", getenv("KILN_LOG"))
+                      : KILN_OK);
   TRY("KILN_LEASE_STALE", kiln_param_lease_stale_s(&d));
   TRY("KILN_BUILD_TIMEOUT", kiln_param_build_timeout_s(&d));
   TRY("KILN_JOBS", kiln_param_jobs(&i));
   TRY("KILN_FAILURE_TTL", kiln_param_failure_ttl(&i));
-  TRY("KILN_NVRTC_OPTIONS", kiln_param_nvrtc_options(&s));
+  TRY("KILN_NVRTC_OPTIONS", kiln_param_nvrtc_options_checked(&s));
   TRY("KILN_HEARTBEAT_MS", kiln_param_heartbeat_ms(&i));
   TRY("KILN_REMOTE_UPLOAD", kiln_param_remote_upload(&i));
   TRY("KILN_REMOTE_CONNECT_TIMEOUT", kiln_param_remote_connect_timeout_s(&d));
@@ -140,8 +130,8 @@ static long env_long(const char *name) {
 }
 
 void doctor_timeouts(kiln_doctor_report *r) {
-  double build_s = 1800;
-  int hb_ms = 500;
+  double build_s;
+  int hb_ms; /* on a malformed value, the getters give the default */
   long watchdog = env_long("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC");
   const char *mon = getenv("TORCH_NCCL_ENABLE_MONITORING");
   char fix[512] = "";

@@ -64,14 +64,15 @@ typedef struct kiln_build_options {
   const kiln_target *targets;  /* required */
   size_t n_targets;
   const char *kernels_glob;    /* fnmatch over unit names; NULL: every unit */
-  int jobs;                    /* threads; <= 0: number of online cores */
+  int jobs; /* compile threads; KILN_ENV: KILN_JOBS, else the CPUs this process may run on */
   int rebuild;                 /* compile even on a hit */
   kiln_build_progress_fn progress;
   void *user;
   /* Single flight: each missing (unit, target) is compiled by one process per
    * cache directory, under a lease row in its index; the others wait. */
-  double lease_stale_s;   /* take over a lease not renewed for this long; <= 0: KILN_LEASE_STALE */
-  double wait_timeout_s;  /* give up waiting for another builder after this; <= 0: KILN_BUILD_TIMEOUT */
+  double lease_stale_s;  /* take over a lease not renewed for this long; KILN_ENV: KILN_LEASE_STALE */
+  double wait_timeout_s; /* give up waiting for another builder after this;
+                            KILN_ENV: KILN_BUILD_TIMEOUT */
   const char *const *units; /* exact unit names (instead of kernels_glob), or NULL */
   size_t n_units;
   /* The cache's remote (kiln_cache_set_remote), if any: what this process
@@ -80,13 +81,22 @@ typedef struct kiln_build_options {
    * is written back (a failed write-back is reported, never a failed build).
    * no_remote skips both. */
   int no_remote;
-  /* Compile nothing (KILN_OFFLINE): what neither the local layers nor the
-   * remote have fails with KILN_ENOTFOUND. */
+  /* 1: compile nothing: what neither the local layers nor the remote have
+   * fails with KILN_ENOTFOUND; 0: compile what is missing; KILN_ENV:
+   * KILN_OFFLINE (default 0). */
   int offline;
 } kiln_build_options;
 
+/* Fields at KILN_ENV are taken from the environment (include/kiln/api.h). */
 #define KILN_BUILD_OPTIONS_VERSION 1
-#define KILN_BUILD_OPTIONS_INIT {KILN_BUILD_OPTIONS_VERSION, NULL, 0, NULL, 0, 0, NULL, NULL, 0, 0, NULL, 0, 0, 0}
+#define KILN_BUILD_OPTIONS_INIT                                                                    \
+  {.version = KILN_BUILD_OPTIONS_VERSION, .targets = NULL, .n_targets = 0, .kernels_glob = NULL,  \
+   .jobs = KILN_ENV, .rebuild = 0, .progress = NULL, .user = NULL, .lease_stale_s = KILN_ENV,     \
+   .wait_timeout_s = KILN_ENV, .units = NULL, .n_units = 0, .no_remote = 0, .offline = KILN_ENV}
+
+/* Fills opts as KILN_BUILD_OPTIONS_INIT does, for the given version.
+ * KILN_EINVAL, naming it, for a version this libkiln does not know. */
+KILN_API kiln_status kiln_build_options_init(kiln_build_options *opts, int version);
 
 /* Builds the plan. KILN_OK when the plan ran (check summary->failed);
  * KILN_ENOTFOUND when the glob matches no unit; other codes when nothing could

@@ -24,19 +24,26 @@ extern "C" {
 
 typedef struct kiln_cache kiln_cache;
 
+/* NULL fields are taken from the environment (include/kiln/api.h). */
 typedef struct kiln_cache_options {
   int version;         /* KILN_CACHE_OPTIONS_VERSION */
-  const char *dir;     /* primary directory; NULL: from the environment */
+  const char *dir;     /* primary directory; NULL: KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln,
+                          else ~/.cache/kiln */
   const char *ro_path; /* read-only layers, colon-separated; NULL: KILN_CACHE_PATH */
-  int create;          /* create the primary directory (0700) if missing */
-  /* version 2: the remote HTTP cache (include/kiln/remote.h); NULL: from the
-   * environment (KILN_REMOTE_URL, none when unset) */
+  int create;          /* 1 (default): create the primary directory (0700) if missing */
+  /* the remote HTTP cache (include/kiln/remote.h); NULL: from the environment
+   * (KILN_REMOTE_URL, none when unset) */
   const struct kiln_remote_options *remote;
 } kiln_cache_options;
 
-#define KILN_CACHE_OPTIONS_VERSION 2
+#define KILN_CACHE_OPTIONS_VERSION 1
 #define KILN_CACHE_OPTIONS_INIT                                                                    \
-  { KILN_CACHE_OPTIONS_VERSION, NULL, NULL, 1, NULL }
+  {.version = KILN_CACHE_OPTIONS_VERSION, .dir = NULL, .ro_path = NULL, .create = 1, .remote = NULL}
+
+/* Fills opts as KILN_CACHE_OPTIONS_INIT does, for the given version (for
+ * bindings that cannot use the macro). KILN_EINVAL, naming it, for a version
+ * this libkiln does not know. */
+KILN_API kiln_status kiln_cache_options_init(kiln_cache_options *opts, int version);
 
 /* One cache record. Strings are NUL-terminated; resources are -1 when unknown
  * (PTX has none). */
@@ -77,8 +84,8 @@ KILN_API kiln_status kiln_cache_key(char out[65], const kiln_unit_info *unit, co
  * digest. out_blob may be NULL to check presence (the blob is still verified).
  * KILN_ENOTFOUND on a miss (a corrupt blob is quarantined and is a miss).
  * *out_blob is freed with free(). */
-KILN_API kiln_status kiln_cache_get(kiln_cache *cache, const char *key, kiln_record *out_rec,
-                                    uint8_t **out_blob, size_t *out_size);
+KILN_API kiln_status kiln_cache_get(kiln_record *out_rec, uint8_t **out_blob, size_t *out_size,
+                                    kiln_cache *cache, const char *key);
 
 /* Stores blob (and the build log, if any) and then the record in the primary
  * layer: blob first (temp file, fsync, rename, fsync dir), record last, so a
@@ -90,28 +97,20 @@ KILN_API kiln_status kiln_cache_put(kiln_cache *cache, kiln_record *rec, const v
 /* Every record of every layer for unit built with options whose key matches
  * the unit's sources as they are in this libkiln (records of other kiln
  * versions are left out), primary layer first. *out freed with free(). */
-KILN_API kiln_status kiln_cache_find_unit(kiln_cache *cache, const kiln_unit_info *unit,
-                                          const char *options, kiln_record **out, size_t *n);
+KILN_API kiln_status kiln_cache_find_unit(kiln_record **out, size_t *n, kiln_cache *cache,
+                                          const kiln_unit_info *unit, const char *options);
 
 /* Moves a blob of the primary layer to quarantine/ and drops the records
  * that use it, even though its digest verifies (e.g. the driver refused the
  * bytes or they failed a known-answer test). why is logged. */
 KILN_API kiln_status kiln_cache_quarantine(kiln_cache *cache, const char *digest, const char *why);
 
-/* A failed compile, kept for ttl_s seconds so many callers do not retry it. */
-KILN_API kiln_status kiln_cache_put_failure(kiln_cache *cache, const char *key, const char *unit,
-                                            const char *target, const char *log, int ttl_s);
-/* KILN_OK with the log (free()) if an unexpired failure is recorded for key. */
-KILN_API kiln_status kiln_cache_get_failure(kiln_cache *cache, const char *key, char **out_log);
-/* Drops a failure record (e.g. on --rebuild). */
-KILN_API kiln_status kiln_cache_clear_failure(kiln_cache *cache, const char *key);
-
 /* Reads a blob by digest (verified) from any layer, e.g. a build log. */
-KILN_API kiln_status kiln_cache_read_blob(kiln_cache *cache, const char *digest, uint8_t **out,
-                                          size_t *out_size);
+KILN_API kiln_status kiln_cache_read_blob(uint8_t **out, size_t *out_size, kiln_cache *cache,
+                                          const char *digest);
 
 /* Every record of every layer (primary first); *out freed with free(). */
-KILN_API kiln_status kiln_cache_list(kiln_cache *cache, kiln_record **out, size_t *n);
+KILN_API kiln_status kiln_cache_list(kiln_record **out, size_t *n, kiln_cache *cache);
 
 typedef struct kiln_cache_stats {
   uint64_t records; /* primary layer */
@@ -123,7 +122,7 @@ typedef struct kiln_cache_stats {
   uint64_t layer_records; /* records in read-only layers */
 } kiln_cache_stats;
 
-KILN_API kiln_status kiln_cache_stats_get(kiln_cache *cache, kiln_cache_stats *out);
+KILN_API kiln_status kiln_cache_stats_get(kiln_cache_stats *out, kiln_cache *cache);
 
 /* One layer of an open cache, for probes. */
 typedef struct kiln_cache_layer_info {
@@ -135,51 +134,45 @@ typedef struct kiln_cache_layer_info {
 } kiln_cache_layer_info;
 
 /* Every layer of the cache, primary first; *out freed with free(). */
-KILN_API kiln_status kiln_cache_layers(kiln_cache *cache, kiln_cache_layer_info **out, size_t *n);
+KILN_API kiln_status kiln_cache_layers(kiln_cache_layer_info **out, size_t *n, kiln_cache *cache);
 
-typedef struct kiln_verify_issue {
+typedef struct kiln_cache_verify_issue {
   char path[512]; /* the blob or record at fault */
   char what[128]; /* "digest mismatch", "truncated", "missing blob", ... */
-} kiln_verify_issue;
+} kiln_cache_verify_issue;
 
-typedef struct kiln_verify_report {
+typedef struct kiln_cache_verify_report {
   uint64_t checked; /* blobs re-hashed */
   uint64_t bad;     /* issues found */
   size_t n_issues;
-  kiln_verify_issue *issues; /* freed with kiln_verify_report_free */
-} kiln_verify_report;
+  kiln_cache_verify_issue *issues; /* freed with kiln_cache_verify_report_free */
+} kiln_cache_verify_report;
 
 /* Re-hashes every blob of the primary layer, quarantines bad ones and drops
  * their records; reports records whose blob is missing; removes temp files
  * left by killed writers. KILN_OK even when issues were found (see report). */
-KILN_API kiln_status kiln_cache_verify(kiln_cache *cache, kiln_verify_report *out);
-KILN_API void kiln_verify_report_free(kiln_verify_report *r);
+KILN_API kiln_status kiln_cache_verify(kiln_cache_verify_report *out, kiln_cache *cache);
+/* Frees what kiln_cache_verify put in *r (not r itself). NULL is fine. */
+KILN_API void kiln_cache_verify_report_free(kiln_cache_verify_report *r);
 
-typedef struct kiln_gc_report {
+typedef struct kiln_cache_gc_report {
   uint64_t removed_records;
   uint64_t removed_blobs;
   uint64_t freed_bytes;
   uint64_t remaining_bytes;
   uint64_t pinned_skipped;
-} kiln_gc_report;
+} kiln_cache_gc_report;
 
 /* Evicts least-recently-used records (and blobs no record references) until
  * the blobs of the primary layer take at most max_bytes. Records pinned by a
  * live process are never removed. */
-KILN_API kiln_status kiln_cache_gc(kiln_cache *cache, uint64_t max_bytes, kiln_gc_report *out);
-
-/* Parses a size such as 1048576, 64k, 500M, 2G or 2GiB (binary multiples) for
- * gc. KILN_EINVAL names `what` (e.g. "--max-size") and the bad value. */
-KILN_API kiln_status kiln_parse_size(unsigned long long *out, const char *s, const char *what);
-
-/* Pins key for this process (gc will not evict it) / releases the pin. */
-KILN_API kiln_status kiln_cache_pin(kiln_cache *cache, const char *key);
-KILN_API kiln_status kiln_cache_unpin(kiln_cache *cache, const char *key);
+KILN_API kiln_status kiln_cache_gc(kiln_cache_gc_report *out, kiln_cache *cache,
+                                   uint64_t max_bytes);
 
 /* Removes the records of the primary layer whose key, or whose unit (fnmatch
  * glob), matches pattern; NULL removes every record. Blobs no longer referenced
  * are deleted. *removed gets the count. */
-KILN_API kiln_status kiln_cache_rm(kiln_cache *cache, const char *pattern, uint64_t *removed);
+KILN_API kiln_status kiln_cache_rm(uint64_t *removed, kiln_cache *cache, const char *pattern);
 
 #ifdef __cplusplus
 }

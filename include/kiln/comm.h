@@ -99,23 +99,30 @@ typedef struct kiln_coord_report {
 typedef void (*kiln_coord_progress_fn)(unsigned done, unsigned total, const char *unit,
                                        const char *target, double elapsed_s, void *user);
 
+/* Fields at KILN_ENV are taken from the environment (include/kiln/api.h). */
 typedef struct kiln_coord_options {
   int version;                /* KILN_COORD_OPTIONS_VERSION */
   const kiln_target *targets; /* required: what to fill */
   size_t n_targets;
   const char *kernels; /* unit-name glob; NULL: every unit */
-  double heartbeat_s;  /* status frame period; <= 0: KILN_HEARTBEAT_MS (500 ms) */
+  double heartbeat_s;  /* status frame period; KILN_ENV: KILN_HEARTBEAT_MS (500 ms) */
   double timeout_s;    /* a silent root (or a peer not joining) fails the job
-                          after this; <= 0: KILN_BUILD_TIMEOUT (1800 s) */
-  int jobs;    /* the root's compile threads; <= 0: KILN_JOBS, else the CPUs it may run on */
-  int offline; /* 1: the root may not compile (KILN_OFFLINE); -1: from env */
+                          after this; KILN_ENV: KILN_BUILD_TIMEOUT (1800 s) */
+  int jobs;    /* the root's compile threads; KILN_ENV: KILN_JOBS, else the CPUs it may run on */
+  int offline; /* 1: the root may not compile; 0: it may; KILN_ENV: KILN_OFFLINE (default 0) */
   kiln_coord_progress_fn progress; /* or NULL */
   void *user;                      /* passed to progress */
 } kiln_coord_options;
 
 #define KILN_COORD_OPTIONS_VERSION 1
 #define KILN_COORD_OPTIONS_INIT                                                                    \
-  { KILN_COORD_OPTIONS_VERSION, NULL, 0, NULL, 0, 0, 0, -1, NULL, NULL }
+  {.version = KILN_COORD_OPTIONS_VERSION, .targets = NULL, .n_targets = 0, .kernels = NULL,       \
+   .heartbeat_s = KILN_ENV, .timeout_s = KILN_ENV, .jobs = KILN_ENV, .offline = KILN_ENV,         \
+   .progress = NULL, .user = NULL}
+
+/* Fills opts as KILN_COORD_OPTIONS_INIT does, for the given version.
+ * KILN_EINVAL, naming it, for a version this libkiln does not know. */
+KILN_API kiln_status kiln_coord_options_init(kiln_coord_options *opts, int version);
 
 /* Fills cache with every selected unit for every target over comm, with no
  * GPU (e.g. `kiln warmup --comm mpi --arch 90` on every node of an
@@ -124,21 +131,26 @@ typedef struct kiln_coord_options {
  * went silent past timeout_s or the transport failed, KILN_EMISMATCH when
  * ranks run different kiln builds or options, or hold different artifacts at
  * the end. report may be NULL. */
-KILN_API kiln_status kiln_coord_fill(kiln_cache *cache, const kiln_coord_options *opts,
-                                     const kiln_comm *comm, kiln_coord_report *report);
+KILN_API kiln_status kiln_coord_fill(kiln_coord_report *report, kiln_cache *cache,
+                                     const kiln_coord_options *opts, const kiln_comm *comm);
 
 /* For a rank that cannot take part (its cache or GPU did not open): joins the
  * first exchange of kiln_coord_fill / kiln_loader_warmup as failed, so the
  * other ranks stop at once with KILN_EPEER instead of waiting out the
- * timeout for it. timeout_s <= 0: KILN_BUILD_TIMEOUT. KILN_OK when the
+ * timeout for it. timeout_s KILN_ENV: KILN_BUILD_TIMEOUT. KILN_OK when the
  * exchange completed (the caller still returns its own error). */
 KILN_API kiln_status kiln_coord_fail(const kiln_comm *comm, double timeout_s);
 
 /* One small collective outside the protocol: *flag (0 or 1) becomes its
- * maximum over the ranks, e.g. "some rank has no GPU". timeout_s <= 0:
+ * maximum over the ranks, e.g. "some rank has no GPU". timeout_s KILN_ENV:
  * KILN_BUILD_TIMEOUT. KILN_EPEER (the communicator aborted) when it does
  * not complete in time. */
-KILN_API kiln_status kiln_coord_any(const kiln_comm *comm, int *flag, double timeout_s);
+KILN_API kiln_status kiln_coord_any(int *flag, const kiln_comm *comm, double timeout_s);
+
+/* The version of the libnccl kiln_comm_nccl would load (KILN_NCCL_LIBRARY,
+ * else libnccl.so.2), as NCCL_VERSION_CODE: 22803 for 2.28.3.
+ * KILN_ENOTFOUND with the reason when there is none. */
+KILN_API kiln_status kiln_nccl_version(int *out);
 
 #ifdef __cplusplus
 }

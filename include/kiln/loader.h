@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "kiln/api.h"
+#include "kiln/cache.h"
 #include "kiln/status.h"
 
 #ifdef __cplusplus
@@ -34,7 +35,6 @@ extern "C" {
 
 /* The driver's handle types, spelled as cuda.h spells them, so callers that
  * include cuda.h pass CUcontext / CUfunction / CUstream directly. */
-struct CUctx_st;
 struct CUfunc_st;
 struct CUstream_st;
 
@@ -57,7 +57,7 @@ typedef struct kiln_device_info {
 /* Number of CUDA devices; KILN_EDRIVER (with the reason) when there is no
  * usable driver. KILN_CUDA_LIBRARY names another libcuda to load. */
 KILN_API kiln_status kiln_device_count(int *out);
-KILN_API kiln_status kiln_device_get_info(int ordinal, kiln_device_info *out);
+KILN_API kiln_status kiln_device_get_info(kiln_device_info *out, int ordinal);
 /* The highest PTX ISA (x10) a driver of this CUDA version accepts, e.g.
  * 12080 -> 87, 13000 -> 90; a version newer than kiln knows gets the newest
  * ISA kiln knows. */
@@ -65,27 +65,38 @@ KILN_API int kiln_driver_ptx_isa(int driver_version);
 
 #define KILN_LOADER_CURRENT_CONTEXT (-1)
 
+/* Fields at KILN_ENV / NULL are taken from the environment (include/kiln/api.h).
+ * The log level is process-wide: kiln_log_set_level (include/kiln/log.h). */
 typedef struct kiln_loader_options {
-  int version;               /* KILN_LOADER_OPTIONS_VERSION */
-  int device;                /* ordinal, or KILN_LOADER_CURRENT_CONTEXT */
-  const char *cache_dir;     /* primary (read-write) directory; NULL: KILN_CACHE_DIR ... */
-  const char *ro_path;       /* read-only layers, colon-separated; NULL: KILN_CACHE_PATH */
-  int offline;               /* 1: never build; 0: may build; -1: KILN_OFFLINE (default 0) */
-  int log_level;             /* a kiln_log_level to set process-wide, or -1: leave it */
-  double lease_stale_s;      /* a build lease this old is taken over; <= 0: KILN_LEASE_STALE (30) */
-  double build_timeout_s;    /* longest wait for one build, own or another process's;
-                                <= 0: KILN_BUILD_TIMEOUT (1800) */
-  int jobs;                  /* compile threads; <= 0: KILN_JOBS or the core count */
-  /* Since version 2: a shell glob over unit names (`kiln list`) that
-   * kiln_loader_warmup loads, e.g. "scaled_*"; NULL: every unit. Ops resolve
-   * their own unit on first use either way. */
+  int version;  /* KILN_LOADER_OPTIONS_VERSION */
+  int device;   /* ordinal (default 0), or KILN_LOADER_CURRENT_CONTEXT */
+  /* The cache the loader opens (its directory, read-only layers and remote);
+   * NULL: KILN_CACHE_OPTIONS_INIT, i.e. all from the environment. Copied at
+   * open; create is ignored (the loader always creates its directory). */
+  const kiln_cache_options *cache;
+  int offline;            /* 1: never build; 0: may build; KILN_ENV: KILN_OFFLINE (default 0) */
+  double lease_stale_s;   /* a build lease this old is taken over; KILN_ENV: KILN_LEASE_STALE (30) */
+  double build_timeout_s; /* longest wait for one build, own or another process's, and the
+                             silence limit of a multi-rank warmup; KILN_ENV: KILN_BUILD_TIMEOUT (1800) */
+  int jobs;               /* compile threads; KILN_ENV: KILN_JOBS, else the CPUs it may run on */
+  /* A shell glob over unit names (`kiln list`) that kiln_loader_warmup loads,
+   * e.g. "scaled_*"; NULL: every unit. Ops resolve their own unit on first
+   * use either way. */
   const char *kernels;
+  /* The status frame period of a multi-rank warmup (at most half of
+   * build_timeout_s); KILN_ENV: KILN_HEARTBEAT_MS (500 ms). */
+  double heartbeat_s;
 } kiln_loader_options;
 
-/* Version 1 (without `kernels`) is still accepted. */
-#define KILN_LOADER_OPTIONS_VERSION 2
+#define KILN_LOADER_OPTIONS_VERSION 1
 #define KILN_LOADER_OPTIONS_INIT                                                                   \
-  {KILN_LOADER_OPTIONS_VERSION, 0, NULL, NULL, -1, -1, 0, 0, 0, NULL}
+  {.version = KILN_LOADER_OPTIONS_VERSION, .device = 0, .cache = NULL, .offline = KILN_ENV,       \
+   .lease_stale_s = KILN_ENV, .build_timeout_s = KILN_ENV, .jobs = KILN_ENV, .kernels = NULL,      \
+   .heartbeat_s = KILN_ENV}
+
+/* Fills opts as KILN_LOADER_OPTIONS_INIT does, for the given version.
+ * KILN_EINVAL, naming it, for a version this libkiln does not know. */
+KILN_API kiln_status kiln_loader_options_init(kiln_loader_options *opts, int version);
 
 /* Opens a loader: loads libcuda, picks the device (retaining its primary
  * context) or the current context, opens the cache. Nothing is loaded yet. */
@@ -95,7 +106,7 @@ KILN_API kiln_status kiln_loader_open(kiln_loader **out, const kiln_loader_optio
 KILN_API void kiln_loader_close(kiln_loader *l);
 
 /* The device the loader is bound to. */
-KILN_API kiln_status kiln_loader_device(kiln_loader *l, kiln_device_info *out);
+KILN_API kiln_status kiln_loader_device(kiln_device_info *out, kiln_loader *l);
 
 /* Resolves and loads one unit (a name from kiln_unit_at / `kiln list`). */
 KILN_API kiln_status kiln_loader_resolve(kiln_loader *l, const char *unit);
@@ -105,17 +116,17 @@ KILN_API kiln_status kiln_loader_resolve(kiln_loader *l, const char *unit);
  * Otherwise every rank of comm calls it: the protocol of include/kiln/comm.h
  * builds each unit missing on any rank once, on rank 0, sends it to every
  * rank, and checks that all ranks loaded the same code (KILN_EMISMATCH if
- * not); every rank gets the same status. The heartbeat is KILN_HEARTBEAT_MS,
- * the silence limit the options' build_timeout_s. */
+ * not); every rank gets the same status. The heartbeat and the silence limit
+ * are the options' heartbeat_s and build_timeout_s. */
 KILN_API kiln_status kiln_loader_warmup(kiln_loader *l, const kiln_comm *comm);
 /* What the last multi-rank warmup saw on this rank (longest collective
  * wait, compiles, transfers); KILN_ENOTFOUND before one ran. */
-KILN_API kiln_status kiln_loader_coord_report(kiln_loader *l, kiln_coord_report *out);
+KILN_API kiln_status kiln_loader_coord_report(kiln_coord_report *out, kiln_loader *l);
 
 /* The CUfunction of an entry point (e.g. "kiln_scaled_softmax_fwd_bf16_w8"),
  * resolving its unit first if needed. KILN_ENOTFOUND for an unknown name. */
-KILN_API kiln_status kiln_loader_function(kiln_loader *l, const char *entry,
-                                          struct CUfunc_st **out);
+KILN_API kiln_status kiln_loader_function(struct CUfunc_st **out, kiln_loader *l,
+                                          const char *entry);
 
 /* Where a loaded unit came from. */
 typedef enum kiln_load_source {
@@ -136,7 +147,7 @@ typedef struct kiln_unit_load {
 } kiln_unit_load;
 
 /* KILN_ENOTFOUND if the unit is not loaded (yet). */
-KILN_API kiln_status kiln_loader_unit_load(kiln_loader *l, const char *unit, kiln_unit_load *out);
+KILN_API kiln_status kiln_loader_unit_load(kiln_unit_load *out, kiln_loader *l, const char *unit);
 /* "exact CUBIN", "compatible CUBIN", "PTX JIT", "built", "not loaded". */
 KILN_API const char *kiln_load_source_str(kiln_load_source s);
 
@@ -146,14 +157,14 @@ KILN_API const char *kiln_load_source_str(kiln_load_source s);
  * entry point has its blob quarantined and is unloaded (the next resolve
  * rebuilds or picks another candidate). KILN_OK when everything passed;
  * KILN_ECORRUPT naming the first failure otherwise. */
-typedef struct kiln_verify_summary {
+typedef struct kiln_loader_verify_summary {
   size_t entries;  /* entry points run */
   size_t failed;   /* entry points whose result was wrong */
   size_t units_quarantined;
   char first_failure[256];
-} kiln_verify_summary;
+} kiln_loader_verify_summary;
 
-KILN_API kiln_status kiln_loader_verify(kiln_loader *l, kiln_verify_summary *out);
+KILN_API kiln_status kiln_loader_verify(kiln_loader_verify_summary *out, kiln_loader *l);
 
 #ifdef __cplusplus
 }

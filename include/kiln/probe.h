@@ -51,11 +51,6 @@ KILN_API void kiln_coverage_free(kiln_coverage *c);
  * KILN_EINVAL (and *out = 0) for a malformed value. */
 KILN_API kiln_status kiln_probe_offline(int *out);
 
-/* The version of the libnccl kiln would load (KILN_NCCL_LIBRARY, else
- * libnccl.so.2), as NCCL_VERSION_CODE: 22803 for 2.28.3. KILN_ENOTFOUND with
- * the reason when there is none. */
-KILN_API kiln_status kiln_nccl_version(int *out);
-
 /* kiln doctor: health checks of this machine, its settings and its caches.
  * Read-only: the caches are opened without creating anything and nothing in
  * them is written (one exception: the `remote` check makes one request to a
@@ -82,17 +77,22 @@ typedef struct kiln_doctor_report {
 } kiln_doctor_report;
 
 typedef struct kiln_doctor_options {
-  int version;
+  int version;             /* KILN_DOCTOR_OPTIONS_VERSION */
   const char *const *dirs; /* caches: the first primary, the others read-only layers
                               (NULL: KILN_CACHE_DIR... and KILN_CACHE_PATH) */
   size_t n_dirs;
 } kiln_doctor_options;
-#define KILN_DOCTOR_OPTIONS_INIT                                                                   \
-  { 1, NULL, 0 }
+
+#define KILN_DOCTOR_OPTIONS_VERSION 1
+#define KILN_DOCTOR_OPTIONS_INIT {.version = KILN_DOCTOR_OPTIONS_VERSION, .dirs = NULL, .n_dirs = 0}
+
+/* Fills opts as KILN_DOCTOR_OPTIONS_INIT does, for the given version.
+ * KILN_EINVAL, naming it, for a version this libkiln does not know. */
+KILN_API kiln_status kiln_doctor_options_init(kiln_doctor_options *opts, int version);
 
 /* Runs every check, in a fixed order. *out is freed with
- * kiln_doctor_report_free. KILN_ENOMEM only: what a check finds is in the
- * report, never an error. */
+ * kiln_doctor_report_free. KILN_EINVAL for options of an unknown version,
+ * else KILN_ENOMEM only: what a check finds is in the report, never an error. */
 KILN_API kiln_status kiln_doctor_run(kiln_doctor_report **out, const kiln_doctor_options *opts);
 KILN_API void kiln_doctor_report_free(kiln_doctor_report *r);
 /* "PASS", "WARN", "FAIL", "SKIP" */

@@ -33,22 +33,29 @@
 extern "C" {
 #endif
 
-/* Each field left at its "unset" value is read from the environment. */
+/* Fields at KILN_ENV / NULL are taken from the environment (include/kiln/api.h). */
 typedef struct kiln_remote_options {
   int version;               /* KILN_REMOTE_OPTIONS_VERSION */
   const char *url;           /* base URL, http:// or https://; NULL: KILN_REMOTE_URL; "": none */
-  int upload;                /* 1 write back, 0 read only; -1: KILN_REMOTE_UPLOAD (default 0) */
+  int upload;                /* 1 write back, 0 read only; KILN_ENV: KILN_REMOTE_UPLOAD (default 0) */
   const char *token_file;    /* bearer token; NULL: KILN_REMOTE_TOKEN_FILE (else .netrc, if any) */
   const char *hmac_key_file; /* sign uploads, reject unsigned records; NULL: KILN_REMOTE_HMAC_KEY_FILE */
   const char *ca_file;       /* CA bundle for TLS; NULL: KILN_REMOTE_CA_FILE (else the system's) */
-  double connect_timeout_s;  /* <= 0: KILN_REMOTE_CONNECT_TIMEOUT (default 5) */
-  double timeout_s;          /* one request, in total; <= 0: KILN_REMOTE_TIMEOUT (default 60) */
-  int retries;               /* extra attempts on connection errors and 5xx; < 0: KILN_REMOTE_RETRIES (default 2) */
-  int parallel;              /* transfers at once; <= 0: KILN_REMOTE_PARALLEL (default 16) */
+  double connect_timeout_s;  /* KILN_ENV: KILN_REMOTE_CONNECT_TIMEOUT (default 5) */
+  double timeout_s;          /* one request, in total; KILN_ENV: KILN_REMOTE_TIMEOUT (default 60) */
+  int retries; /* extra attempts on connection errors and 5xx; KILN_ENV: KILN_REMOTE_RETRIES (2) */
+  int parallel; /* transfers at once; KILN_ENV: KILN_REMOTE_PARALLEL (default 16) */
 } kiln_remote_options;
 
 #define KILN_REMOTE_OPTIONS_VERSION 1
-#define KILN_REMOTE_OPTIONS_INIT {KILN_REMOTE_OPTIONS_VERSION, NULL, -1, NULL, NULL, NULL, 0, 0, -1, 0}
+#define KILN_REMOTE_OPTIONS_INIT                                                                   \
+  {.version = KILN_REMOTE_OPTIONS_VERSION, .url = NULL, .upload = KILN_ENV, .token_file = NULL,    \
+   .hmac_key_file = NULL, .ca_file = NULL, .connect_timeout_s = KILN_ENV, .timeout_s = KILN_ENV,   \
+   .retries = KILN_ENV, .parallel = KILN_ENV}
+
+/* Fills opts as KILN_REMOTE_OPTIONS_INIT does, for the given version.
+ * KILN_EINVAL, naming it, for a version this libkiln does not know. */
+KILN_API kiln_status kiln_remote_options_init(kiln_remote_options *opts, int version);
 
 /* Attaches a remote to an open cache (replacing any). KILN_OK with no remote
  * when the URL is unset or ""; KILN_EINVAL for a bad URL or setting,
@@ -88,8 +95,8 @@ KILN_API kiln_status kiln_remote_fetch(kiln_cache *cache, kiln_remote_item *item
  * KILN_EREMOTE (or the first item's failure) otherwise, e.g. a read-only
  * server answering 403/405 — the caller warns and goes on. *uploaded counts
  * records written now. KILN_EINVAL when upload is off. */
-KILN_API kiln_status kiln_remote_upload(kiln_cache *cache, const char *const *keys, size_t n,
-                                        size_t *uploaded);
+KILN_API kiln_status kiln_remote_upload(size_t *uploaded, kiln_cache *cache,
+                                        const char *const *keys, size_t n);
 
 /* Totals kept in the primary index, over every process that used it. */
 typedef struct kiln_remote_stats {
@@ -103,7 +110,7 @@ typedef struct kiln_remote_stats {
   uint64_t breaker_trips;
 } kiln_remote_stats;
 
-KILN_API kiln_status kiln_remote_stats_get(kiln_cache *cache, kiln_remote_stats *out);
+KILN_API kiln_status kiln_remote_stats_get(kiln_remote_stats *out, kiln_cache *cache);
 
 /* For kiln doctor: one round trip to the remote (GET of a record that cannot
  * exist) and what it says. */
@@ -119,7 +126,7 @@ typedef struct kiln_remote_check_result {
   char detail[512]; /* the transport error or the status line, no secrets */
 } kiln_remote_check_result;
 
-KILN_API kiln_status kiln_remote_check(kiln_cache *cache, kiln_remote_check_result *out);
+KILN_API kiln_status kiln_remote_check(kiln_remote_check_result *out, kiln_cache *cache);
 
 #ifdef __cplusplus
 }

@@ -5,9 +5,9 @@
 #include "kiln/api.h"
 
 #define KILN_VERSION_MAJOR 0
-#define KILN_VERSION_MINOR 1
+#define KILN_VERSION_MINOR 2
 #define KILN_VERSION_PATCH 0
-#define KILN_VERSION_STRING "0.1.0"
+#define KILN_VERSION_STRING "0.2.0"
 
 /* Schema of index.sqlite (PRAGMA user_version). Bumped on incompatible change. */
 #define KILN_CACHE_SCHEMA_VERSION 3

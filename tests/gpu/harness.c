@@ -178,11 +178,13 @@ int gt_init(gt_run *r, const char *family) {
 
 int gt_open(gt_run *r) {
   kiln_loader_options o = KILN_LOADER_OPTIONS_INIT;
+  kiln_cache_options co = KILN_CACHE_OPTIONS_INIT;
   kiln_status st;
+  co.dir = r->cache == r->main_cache ? r->main_cache : NULL;
   o.device = 0;
-  o.cache_dir = r->cache == r->main_cache ? r->main_cache : NULL;
+  o.cache = &co;
   if ((st = kiln_loader_open(&r->loader, &o)) != KILN_OK ||
-      (st = kiln_loader_device(r->loader, &r->info)) != KILN_OK) {
+      (st = kiln_loader_device(&r->info, r->loader)) != KILN_OK) {
     gt_fail("open a loader on device 0: %s: %s", kiln_status_str(st), kiln_last_error());
     return 0;
   }

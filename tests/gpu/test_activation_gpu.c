@@ -133,7 +133,7 @@ static kiln_status launch_direct(kiln_loader *l, const act_case *c, int bwd, voi
   snprintf(entry, sizeof entry, "kiln_%s_%s_%s_g",
            c->s.unit == ACT_GELU ? "bias_gelu" : "bias_swiglu", bwd ? "bwd" : "fwd",
            kiln_dtype_str(c->dt));
-  if ((st = kiln_cuda(&cu)) != KILN_OK || (st = kiln_loader_function(l, entry, &fn)) != KILN_OK)
+  if ((st = kiln_cuda(&cu)) != KILN_OK || (st = kiln_loader_function(&fn, l, entry)) != KILN_OK)
     return st;
   r = cu->LaunchKernel(fn, g_grid, 1, 1, 256, 1, 1, 0, NULL, args, NULL);
   if (r != CUDA_SUCCESS) {

@@ -131,21 +131,23 @@ static void frame_round_trip(kiln_comm *c) {
 static void warmup_over_nccl(kiln_comm *c) {
   char dir[] = "/tmp/kiln-gpu-coord-XXXXXX";
   kiln_loader_options o = KILN_LOADER_OPTIONS_INIT;
+  kiln_cache_options co = KILN_CACHE_OPTIONS_INIT;
   kiln_loader *l = NULL;
   kiln_coord_report rep;
   if (!mkdtemp(dir)) {
     check(0, "mkdtemp");
     return;
   }
+  co.dir = dir;
   o.device = KILN_LOADER_CURRENT_CONTEXT;
-  o.cache_dir = dir;
+  o.cache = &co;
   o.kernels = "scaled_softmax";
   if (kiln_loader_open(&l, &o) != KILN_OK) {
     check(0, "kiln_loader_open on the current context");
     return;
   }
   check(kiln_loader_warmup(l, c) == KILN_OK, "warmup over NCCL, cold cache");
-  if (kiln_loader_coord_report(l, &rep) == KILN_OK) {
+  if (kiln_loader_coord_report(&rep, l) == KILN_OK) {
     check(rep.compiled == 1 && rep.missing == 1, "cold: %zu missing, %zu compiled", rep.missing,
           rep.compiled);
     printf("nccl warmup (cold): %.1f ms, %zu collectives, longest wait %.1f ms (%s)\n",
@@ -158,7 +160,7 @@ static void warmup_over_nccl(kiln_comm *c) {
     return;
   }
   check(kiln_loader_warmup(l, c) == KILN_OK, "warmup over NCCL, warm cache");
-  if (kiln_loader_coord_report(l, &rep) == KILN_OK) {
+  if (kiln_loader_coord_report(&rep, l) == KILN_OK) {
     check(rep.collectives == 1 && rep.compiled == 0, "warm: %zu collective(s), %zu compiled",
           rep.collectives, rep.compiled);
     printf("nccl warmup (warm): %.2f ms, %zu collective\n", rep.total_ms, rep.collectives);

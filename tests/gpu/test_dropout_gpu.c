@@ -466,7 +466,7 @@ static int launch_direct(kiln_loader *l, const char *entry, unsigned grid, void 
   const kiln_cuda_api *cu = NULL;
   CUfunction fn = NULL;
   CUresult r;
-  if (kiln_cuda(&cu) != KILN_OK || kiln_loader_function(l, entry, &fn) != KILN_OK) {
+  if (kiln_cuda(&cu) != KILN_OK || kiln_loader_function(&fn, l, entry) != KILN_OK) {
     snprintf(msg, cap, "%s: %s", entry, kiln_last_error());
     return 0;
   }

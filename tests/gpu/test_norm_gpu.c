@@ -494,7 +494,7 @@ static void check_small_grids(kiln_loader *l) {
           goto done;
         }
         if (!dev_sync(what, msg, sizeof msg) || !dev_get(&y, want, "y", msg, sizeof msg)) goto done;
-        if (kiln_cuda(&cu) != KILN_OK || kiln_loader_function(l, entry, &fn) != KILN_OK) {
+        if (kiln_cuda(&cu) != KILN_OK || kiln_loader_function(&fn, l, entry) != KILN_OK) {
           snprintf(msg, sizeof msg, "%s: %s", entry, kiln_last_error());
           goto done;
         }

@@ -417,10 +417,12 @@ out:
  * kind of artifact `want` names. */
 static kiln_loader *open_offline(const char *dir, kiln_load_source want, char *msg, size_t cap) {
   kiln_loader_options o = KILN_LOADER_OPTIONS_INIT;
+  kiln_cache_options co = KILN_CACHE_OPTIONS_INIT;
   kiln_loader *l = NULL;
+  co.dir = dir;
+  co.ro_path = "";
   o.device = 0;
-  o.cache_dir = dir;
-  o.ro_path = "";
+  o.cache = &co;
   o.offline = 1;
   if (kiln_loader_open(&l, &o) != KILN_OK || kiln_loader_warmup(l, NULL) != KILN_OK) {
     snprintf(msg, cap, "%s", kiln_last_error());
@@ -430,7 +432,7 @@ static kiln_loader *open_offline(const char *dir, kiln_load_source want, char *m
   for (size_t u = 0; u < kiln_unit_count(); u++) {
     kiln_unit_load ul;
     const char *name = kiln_unit_at(u)->name;
-    if (kiln_loader_unit_load(l, name, &ul) != KILN_OK || ul.source != want) {
+    if (kiln_loader_unit_load(&ul, l, name) != KILN_OK || ul.source != want) {
       snprintf(msg, cap, "%s loaded from %s %s, want %s", name, kiln_load_source_str(ul.source),
                ul.target, kiln_load_source_str(want));
       kiln_loader_close(l);
@@ -549,7 +551,7 @@ static void print_sources(kiln_loader *l) {
   for (size_t u = 0; u < kiln_unit_count(); u++) {
     kiln_unit_load ul;
     const char *name = kiln_unit_at(u)->name;
-    if (kiln_loader_unit_load(l, name, &ul) == KILN_OK)
+    if (kiln_loader_unit_load(&ul, l, name) == KILN_OK)
       printf("loaded %s: %s %s (%.1f ms)\n", name, kiln_load_source_str(ul.source), ul.target,
              ul.ms);
   }

@@ -11,7 +11,7 @@
 #       (OUTDIR/killed holds the wall clock of the kill).
 #   rank_json OUTDIR EXPR   EXPR over d (one rank's JSON) for every rank, one line each
 command -v mpirun >/dev/null || skip "no mpirun (scripts/install-deps installs openmpi-bin)"
-[[ -e $(dirname "$KILN_BIN")/libkiln_mpi.so.0 ]] || skip "libkiln_mpi was not built (no MPI found by CMake)"
+[[ -e $(dirname "$KILN_BIN")/libkiln_mpi.so.0.2 ]] || skip "libkiln_mpi was not built (no MPI found by CMake)"
 
 # Open MPI refuses root without these; CI containers run as root.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

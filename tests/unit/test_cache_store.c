@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "cache/store.h" /* failure records and pins are internal */
 #include "common/digest.h"
 #include "kiln/cache.h"
 #include "tests/unit/test_util.h"
@@ -90,20 +91,19 @@ static void test_put_get_round_trip(void **state) {
   assert_int_equal(kiln_cache_put(f->c, &r, "artifact-bytes", 14, "log text", 8), KILN_OK);
   assert_true(kiln_is_hex64(r.digest));
   assert_true(kiln_is_hex64(r.log_digest));
-  assert_int_equal(kiln_cache_get(f->c, r.key, &got, &blob, &n), KILN_OK);
+  assert_int_equal(kiln_cache_get(&got, &blob, &n, f->c, r.key), KILN_OK);
   assert_int_equal(n, 14);
   assert_memory_equal(blob, "artifact-bytes", 14);
   assert_string_equal(got.digest, r.digest);
   assert_string_equal(got.unit, "unit_a");
   assert_int_equal(got.layer, 0);
   free(blob);
-  assert_int_equal(kiln_cache_read_blob(f->c, r.log_digest, &blob, &n), KILN_OK);
+  assert_int_equal(kiln_cache_read_blob(&blob, &n, f->c, r.log_digest), KILN_OK);
   assert_memory_equal(blob, "log text", 8);
   free(blob);
   /* idempotent */
   assert_int_equal(kiln_cache_put(f->c, &r, "artifact-bytes", 14, NULL, 0), KILN_OK);
-  assert_int_equal(kiln_cache_get(f->c, "0000000000000000000000000000000000000000000000000000000000000000",
-                                  NULL, NULL, NULL),
+  assert_int_equal(kiln_cache_get(NULL, NULL, NULL, f->c, "0000000000000000000000000000000000000000000000000000000000000000"),
                    KILN_ENOTFOUND);
 }
 
@@ -128,7 +128,7 @@ static void corrupt_and_expect_miss(fixture *f, int truncate_it) {
     assert_int_equal(pwrite(fd, "X", 1, 3), 1);
     close(fd);
   }
-  assert_int_equal(kiln_cache_get(f->c, r.key, NULL, &blob, &n), KILN_ENOTFOUND);
+  assert_int_equal(kiln_cache_get(NULL, &blob, &n, f->c, r.key), KILN_ENOTFOUND);
   assert_null(blob);
   assert_int_equal(access(path, F_OK), -1); /* moved out of cas/ */
   snprintf(qdir, sizeof qdir, "%s/quarantine", f->cache_dir);
@@ -139,7 +139,7 @@ static void corrupt_and_expect_miss(fixture *f, int truncate_it) {
   closedir(d);
   assert_int_equal(quarantined, 1);
   /* the record is dropped too: a second get is a plain miss */
-  assert_int_equal(kiln_cache_get(f->c, r.key, NULL, NULL, NULL), KILN_ENOTFOUND);
+  assert_int_equal(kiln_cache_get(NULL, NULL, NULL, f->c, r.key), KILN_ENOTFOUND);
 }
 
 static void test_flipped_byte_is_never_served(void **state) {
@@ -153,24 +153,24 @@ static void test_truncated_blob_is_never_served(void **state) {
 static void test_verify_reports_and_quarantines(void **state) {
   fixture *f = *state;
   kiln_record r;
-  kiln_verify_report rep;
+  kiln_cache_verify_report rep;
   char path[1024];
   fill_record(&r, "v", "unit_c");
   assert_int_equal(kiln_cache_put(f->c, &r, "verify-me", 9, NULL, 0), KILN_OK);
-  assert_int_equal(kiln_cache_verify(f->c, &rep), KILN_OK);
+  assert_int_equal(kiln_cache_verify(&rep, f->c), KILN_OK);
   assert_int_equal(rep.bad, 0);
   assert_int_equal(rep.checked, 1);
-  kiln_verify_report_free(&rep);
+  kiln_cache_verify_report_free(&rep);
   blob_path(path, sizeof path, f, r.digest);
   chmod(path, 0644);
   assert_int_equal(truncate(path, 2), 0);
-  assert_int_equal(kiln_cache_verify(f->c, &rep), KILN_OK);
+  assert_int_equal(kiln_cache_verify(&rep, f->c), KILN_OK);
   assert_true(rep.bad >= 1);
   assert_non_null(strstr(rep.issues[0].path, r.digest + 2));
-  kiln_verify_report_free(&rep);
-  assert_int_equal(kiln_cache_verify(f->c, &rep), KILN_OK);
+  kiln_cache_verify_report_free(&rep);
+  assert_int_equal(kiln_cache_verify(&rep, f->c), KILN_OK);
   assert_int_equal(rep.bad, 0);
-  kiln_verify_report_free(&rep);
+  kiln_cache_verify_report_free(&rep);
 }
 
 static void test_failure_records_expire(void **state) {
@@ -178,17 +178,17 @@ static void test_failure_records_expire(void **state) {
   char *log = NULL;
   const char *key = "1111111111111111111111111111111111111111111111111111111111111111";
   assert_int_equal(kiln_cache_put_failure(f->c, key, "u", "sm_90", "error: x", 600), KILN_OK);
-  assert_int_equal(kiln_cache_get_failure(f->c, key, &log), KILN_OK);
+  assert_int_equal(kiln_cache_get_failure(&log, f->c, key), KILN_OK);
   assert_string_equal(log, "error: x");
   free(log);
   assert_int_equal(kiln_cache_put_failure(f->c, key, "u", "sm_90", "error: x", -1), KILN_OK);
-  assert_int_equal(kiln_cache_get_failure(f->c, key, NULL), KILN_ENOTFOUND);
+  assert_int_equal(kiln_cache_get_failure(NULL, f->c, key), KILN_ENOTFOUND);
 }
 
 static void test_gc_evicts_lru_and_keeps_pins(void **state) {
   fixture *f = *state;
   kiln_record a, b, c;
-  kiln_gc_report rep;
+  kiln_cache_gc_report rep;
   char big[4096];
   memset(big, 'a', sizeof big);
   fill_record(&a, "gc-a", "u");
@@ -200,15 +200,15 @@ static void test_gc_evicts_lru_and_keeps_pins(void **state) {
   big[0] = 'c';
   assert_int_equal(kiln_cache_put(f->c, &c, big, sizeof big, NULL, 0), KILN_OK);
   assert_int_equal(kiln_cache_pin(f->c, a.key), KILN_OK);
-  assert_int_equal(kiln_cache_gc(f->c, 4096, &rep), KILN_OK);
+  assert_int_equal(kiln_cache_gc(&rep, f->c, 4096), KILN_OK);
   assert_int_equal(rep.pinned_skipped, 1);
   assert_int_equal(rep.removed_records, 2);
   assert_int_equal(rep.remaining_bytes, 4096);
-  assert_int_equal(kiln_cache_get(f->c, a.key, NULL, NULL, NULL), KILN_OK);
+  assert_int_equal(kiln_cache_get(NULL, NULL, NULL, f->c, a.key), KILN_OK);
   assert_int_equal(kiln_cache_unpin(f->c, a.key), KILN_OK);
-  assert_int_equal(kiln_cache_gc(f->c, 0, &rep), KILN_OK);
+  assert_int_equal(kiln_cache_gc(&rep, f->c, 0), KILN_OK);
   assert_int_equal(rep.remaining_bytes, 0);
-  assert_int_equal(kiln_cache_get(f->c, a.key, NULL, NULL, NULL), KILN_ENOTFOUND);
+  assert_int_equal(kiln_cache_get(NULL, NULL, NULL, f->c, a.key), KILN_ENOTFOUND);
 }
 
 static void test_rm_by_glob_and_read_only_layer(void **state) {
@@ -227,14 +227,14 @@ static void test_rm_by_glob_and_read_only_layer(void **state) {
   o.dir = primary2;
   o.ro_path = f->cache_dir;
   assert_int_equal(kiln_cache_open(&layered, &o), KILN_OK);
-  assert_int_equal(kiln_cache_get(layered, a.key, &got, NULL, NULL), KILN_OK);
+  assert_int_equal(kiln_cache_get(&got, NULL, NULL, layered, a.key), KILN_OK);
   assert_int_equal(got.layer, 1);
   kiln_cache_close(layered);
-  assert_int_equal(kiln_cache_rm(f->c, "softmax_*", &removed), KILN_OK);
+  assert_int_equal(kiln_cache_rm(&removed, f->c, "softmax_*"), KILN_OK);
   assert_int_equal(removed, 1);
-  assert_int_equal(kiln_cache_get(f->c, a.key, NULL, NULL, NULL), KILN_ENOTFOUND);
-  assert_int_equal(kiln_cache_get(f->c, b.key, NULL, NULL, NULL), KILN_OK);
-  assert_int_equal(kiln_cache_rm(f->c, b.key, &removed), KILN_OK);
+  assert_int_equal(kiln_cache_get(NULL, NULL, NULL, f->c, a.key), KILN_ENOTFOUND);
+  assert_int_equal(kiln_cache_get(NULL, NULL, NULL, f->c, b.key), KILN_OK);
+  assert_int_equal(kiln_cache_rm(&removed, f->c, b.key), KILN_OK);
   assert_int_equal(removed, 1);
 }
 

@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "common/params.h"
 #include "kiln/comm.h"
 #include "kiln/kiln.h"
 #include "loader/coord_internal.h"
@@ -236,7 +237,7 @@ static void *rank_main(void *arg) {
   o.heartbeat_s = 0.05;
   o.timeout_s = r->timeout_s;
   r->st = kiln_cache_open(&cache, &co);
-  if (r->st == KILN_OK) r->st = kiln_coord_fill(cache, &o, &r->comm, &r->rep);
+  if (r->st == KILN_OK) r->st = kiln_coord_fill(&r->rep, cache, &o, &r->comm);
   snprintf(r->err, sizeof r->err, "%s", r->st == KILN_OK ? "" : kiln_last_error());
   r->end_s = now_s();
   kiln_cache_close(cache);
@@ -308,8 +309,10 @@ static void test_dead_root_is_a_peer_error_within_the_timeout(void **state) {
   (void)state;
   test_make_tmpdir(base, sizeof base);
   setenv("KILN_TEST_COMPILE_DELAY_MS", "3000", 1);
+  kiln_params_reset(); /* parameters are read once per process */
   run_ranks(rr, 3, base, 0, 4, 0.5); /* the root answers the exchange and 3 frames */
   unsetenv("KILN_TEST_COMPILE_DELAY_MS");
+  kiln_params_reset();
   for (int i = 1; i < 3; i++) {
     assert_int_equal(rr[i].st, KILN_EPEER);
     assert_non_null(strstr(rr[i].err, "the root (rank 0 on "));
@@ -330,7 +333,7 @@ static void test_bad_communicators_are_refused(void **state) {
   o.targets = &t;
   o.n_targets = 1;
   memset(&c, 0, sizeof c);
-  assert_int_equal(kiln_coord_fill(NULL, &o, &c, NULL), KILN_EINVAL);
+  assert_int_equal(kiln_coord_fill(NULL, NULL, &o, &c), KILN_EINVAL);
   assert_int_equal(kiln_comm_single(&single), KILN_OK);
   c = *single;
   c.version = 99;

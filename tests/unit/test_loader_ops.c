@@ -59,8 +59,8 @@ static void test_softmax_rejects_bad_arguments(void **state) {
 static void test_function_lookup(void **state) {
   struct CUfunc_st *f = NULL;
   (void)state;
-  assert_int_equal(kiln_loader_function(L, "kiln_no_such_entry", &f), KILN_ENOTFOUND);
-  assert_int_equal(kiln_loader_function(L, "kiln_scaled_softmax_fwd_bf16_w8", &f), KILN_ENOTFOUND);
+  assert_int_equal(kiln_loader_function(&f, L, "kiln_no_such_entry"), KILN_ENOTFOUND);
+  assert_int_equal(kiln_loader_function(&f, L, "kiln_scaled_softmax_fwd_bf16_w8"), KILN_ENOTFOUND);
   assert_non_null(strstr(kiln_last_error(), "no loadable scaled_softmax"));
   assert_int_equal(kiln_loader_resolve(L, "nope"), KILN_ENOTFOUND);
   assert_non_null(strstr(kiln_last_error(), "units are: "));
@@ -68,6 +68,7 @@ static void test_function_lookup(void **state) {
 
 int main(int argc, char **argv) {
   kiln_loader_options o = KILN_LOADER_OPTIONS_INIT;
+  kiln_cache_options co = KILN_CACHE_OPTIONS_INIT;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_softmax_rejects_bad_arguments),
       cmocka_unit_test(test_function_lookup),
@@ -80,8 +81,9 @@ int main(int argc, char **argv) {
   setenv("KILN_CUDA_LIBRARY", argv[1], 1);
   setenv("KILN_FAKE_CUDA_DEVICES", "90", 1);
   if (!mkdtemp(dir)) return 1;
-  o.cache_dir = dir;
-  o.ro_path = "";
+  co.dir = dir;
+  co.ro_path = "";
+  o.cache = &co;
   o.offline = 1;
   if (kiln_loader_open(&L, &o) != KILN_OK) {
     printf("kiln_loader_open: %s\n", kiln_last_error());
