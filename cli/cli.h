@@ -18,9 +18,6 @@ int cmd_check(int argc, char **argv);
 int cmd_probe(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 
-/* A communicator for `warmup --comm NAME` (single, mpi); freed with kiln_comm_free. */
-kiln_status cli_comm_open(kiln_comm **out, const char *name);
-
 /* `kiln warmup --comm ...` (cli/warmup_ranks.c). */
 typedef struct warmup_ranks_opts {
   const char *comm, *arch, *kernels, *dir;

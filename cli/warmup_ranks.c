@@ -198,7 +198,7 @@ int warmup_ranks(const warmup_ranks_opts *o) {
   int no_gpu = 0, rc = EXIT_OK;
   memset(&rep, 0, sizeof rep);
   memset(&fill_rep, 0, sizeof fill_rep);
-  if ((st = cli_comm_open(&c, o->comm)) != KILN_OK) {
+  if ((st = kiln_comm_open(&c, o->comm)) != KILN_OK) {
     json_decref(out);
     return cli_error("warmup", st);
   }

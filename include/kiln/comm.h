@@ -72,6 +72,13 @@ KILN_API kiln_status kiln_comm_single(kiln_comm **out);
  * names another); KILN_ENOTFOUND when it cannot be. */
 KILN_API kiln_status kiln_comm_nccl(kiln_comm **out, void *nccl_comm, struct CUstream_st *stream);
 
+/* A communicator by name: "single" (kiln_comm_single) or "mpi"
+ * (kiln_comm_mpi_world from libkiln_mpi, loaded with dlopen: KILN_MPI_LIBRARY
+ * names it, else the one next to this libkiln, else the loader's search
+ * path). KILN_EINVAL for another name; KILN_ENOTFOUND, with dlerror(), when
+ * libkiln_mpi cannot be loaded. */
+KILN_API kiln_status kiln_comm_open(kiln_comm **out, const char *name);
+
 /* Frees a communicator made by kiln_comm_* (not one the caller filled in
  * itself). NULL is fine. */
 KILN_API void kiln_comm_free(kiln_comm *comm);
