@@ -111,7 +111,6 @@ out:
 kiln_status kiln_blob_quarantine(kiln_cache *c, const char *digest, const char *why_in,
                                  int force) {
   char path[KILN_PATH_MAX], dest[KILN_PATH_MAX], why[256];
-  sqlite3_stmt *st = NULL;
   kiln_status rc;
   int n;
   snprintf(why, sizeof why, "%s", why_in); /* may be kiln_last_error(), reused below */
@@ -133,18 +132,13 @@ kiln_status kiln_blob_quarantine(kiln_cache *c, const char *digest, const char *
                       "quarantine");
     goto out;
   }
-  n = sqlite3_prepare_v2(c->primary.db, "DELETE FROM records WHERE digest = ?1", -1, &st, NULL);
-  if (n == SQLITE_OK) {
-    sqlite3_bind_text(st, 1, digest, -1, SQLITE_STATIC);
-    n = sqlite3_step(st);
-  }
-  rc = (n == SQLITE_DONE) ? KILN_OK : kiln_sql_fail(c->primary.db, n, "drop quarantined records");
+  rc = kiln_sql_run(c->primary.db, "DELETE FROM records WHERE digest = ?1",
+                    SQL_ARGS(SQL_TEXT(digest)), "drop quarantined records");
   rc = kiln_txn_end(c, rc, "quarantine");
   if (rc == KILN_OK)
     kiln_log(KILN_LOG_WARN, "quarantined blob %s (%s); its records are dropped and will be rebuilt",
              digest, why);
 out:
-  sqlite3_finalize(st);
   return rc;
 }
 

@@ -13,20 +13,6 @@
 #include "common/error.h"
 #include "common/logging.h"
 
-static int exists(sqlite3 *db, const char *sql, const char *key, int64_t now_s, int *out) {
-  sqlite3_stmt *st = NULL;
-  int r = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
-  if (r == SQLITE_OK) {
-    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, now_s);
-    r = sqlite3_step(st);
-    *out = r == SQLITE_ROW;
-    if (r == SQLITE_ROW || r == SQLITE_DONE) r = SQLITE_OK;
-  }
-  sqlite3_finalize(st);
-  return r;
-}
-
 typedef struct lease_row {
   int present;
   char host[64];
@@ -35,27 +21,24 @@ typedef struct lease_row {
   int64_t acquired_ms, heartbeat_ms;
 } lease_row;
 
-static int read_lease(sqlite3 *db, const char *key, lease_row *row) {
+static kiln_status read_lease(sqlite3 *db, const char *key, lease_row *row) {
+  static const char *sql =
+      "SELECT host, pid, token, acquired_ms, heartbeat_ms FROM leases WHERE key = ?1";
   sqlite3_stmt *st = NULL;
-  int r = sqlite3_prepare_v2(
-      db, "SELECT host, pid, token, acquired_ms, heartbeat_ms FROM leases WHERE key = ?1", -1, &st,
-      NULL);
+  kiln_status rc;
   memset(row, 0, sizeof *row);
-  if (r == SQLITE_OK) {
-    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-    r = sqlite3_step(st);
-    if (r == SQLITE_ROW) {
-      row->present = 1;
-      snprintf(row->host, sizeof row->host, "%s", (const char *)sqlite3_column_text(st, 0));
-      row->pid = (long)sqlite3_column_int64(st, 1);
-      snprintf(row->token, sizeof row->token, "%s", (const char *)sqlite3_column_text(st, 2));
-      row->acquired_ms = sqlite3_column_int64(st, 3);
-      row->heartbeat_ms = sqlite3_column_int64(st, 4);
-    }
-    if (r == SQLITE_ROW || r == SQLITE_DONE) r = SQLITE_OK;
+  KILN_CHECK(kiln_sql_prepare(&st, db, sql, SQL_ARGS(SQL_TEXT(key)), "lease: read"));
+  KILN_CHECK(kiln_sql_step(&row->present, st, "lease: read"));
+  if (row->present) {
+    kiln_sql_text(row->host, sizeof row->host, st, 0);
+    row->pid = (long)sqlite3_column_int64(st, 1);
+    kiln_sql_text(row->token, sizeof row->token, st, 2);
+    row->acquired_ms = sqlite3_column_int64(st, 3);
+    row->heartbeat_ms = sqlite3_column_int64(st, 4);
   }
+out:
   sqlite3_finalize(st);
-  return r;
+  return rc;
 }
 
 /* A holder on this host whose pid no longer exists is gone for good. */
@@ -75,30 +58,38 @@ static void describe(kiln_lease_holder *h, const lease_row *row, int64_t now) {
 
 /* DONE if a record or an unexpired failure is there; HELD if a live holder
  * has the lease; ACQUIRED if it is free (not taken yet). */
+/* 1 in *done when key has a record or an unexpired failure. */
+static kiln_status settled(int *done, sqlite3 *db, const char *key) {
+  int64_t one;
+  kiln_status rc;
+  KILN_CHECK(kiln_sql_int(&one, done, db, "SELECT 1 FROM records WHERE key = ?1",
+                          SQL_ARGS(SQL_TEXT(key)), "lease: look up record"));
+  if (!*done)
+    rc = kiln_sql_int(&one, done, db, "SELECT 1 FROM failures WHERE key = ?1 AND expires > ?2",
+                      SQL_ARGS(SQL_TEXT(key), SQL_INT(kiln_now_s())), "lease: look up failure");
+out:
+  return rc;
+}
+
 static kiln_status peek(kiln_cache *c, const char *key, int64_t stale_ms, int ignore_record,
                         kiln_lease_state *state, lease_row *row, int *stale) {
-  int have = 0, r;
+  int done = 0;
   int64_t now = kiln_wall_ms();
+  kiln_status rc;
   if (!ignore_record) {
-    r = exists(c->primary.db, "SELECT 1 FROM records WHERE key = ?1 AND ?2 = ?2", key, 0, &have);
-    if (r != SQLITE_OK) return kiln_sql_fail(c->primary.db, r, "lease: look up record");
-    if (!have) {
-      r = exists(c->primary.db, "SELECT 1 FROM failures WHERE key = ?1 AND expires > ?2", key,
-                 kiln_now_s(), &have);
-      if (r != SQLITE_OK) return kiln_sql_fail(c->primary.db, r, "lease: look up failure");
-    }
-    if (have) {
+    KILN_CHECK(settled(&done, c->primary.db, key));
+    if (done) {
       *state = KILN_LEASE_DONE;
-      return KILN_OK;
+      goto out;
     }
   }
-  r = read_lease(c->primary.db, key, row);
-  if (r != SQLITE_OK) return kiln_sql_fail(c->primary.db, r, "lease: read");
+  KILN_CHECK(read_lease(c->primary.db, key, row));
   *stale = row->present && strcmp(row->token, c->token) != 0 &&
            (now - row->heartbeat_ms > stale_ms || holder_dead(c, row));
   *state = row->present && strcmp(row->token, c->token) != 0 && !*stale ? KILN_LEASE_HELD
                                                                           : KILN_LEASE_ACQUIRED;
-  return KILN_OK;
+out:
+  return rc;
 }
 
 kiln_status kiln_lease_try(kiln_cache *c, const char *key, const char *unit, const char *target,
@@ -107,10 +98,9 @@ kiln_status kiln_lease_try(kiln_cache *c, const char *key, const char *unit, con
   static const char *take =
       "INSERT OR REPLACE INTO leases(key, unit, target, host, pid, token, acquired_ms, "
       "heartbeat_ms) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)";
-  sqlite3_stmt *st = NULL;
   lease_row row;
   kiln_status rc;
-  int stale = 0, r;
+  int stale = 0;
   int64_t now;
   if (holder) memset(holder, 0, sizeof *holder);
   /* A read first: waiters poll, and only a free or stale lease needs the
@@ -126,21 +116,11 @@ kiln_status kiln_lease_try(kiln_cache *c, const char *key, const char *unit, con
   KILN_CHECK(kiln_txn_begin(c, "take build lease"));
   rc = peek(c, key, stale_ms, ignore_record, state, &row, &stale);
   now = kiln_wall_ms();
-  if (rc == KILN_OK && *state == KILN_LEASE_ACQUIRED) {
-    r = sqlite3_prepare_v2(c->primary.db, take, -1, &st, NULL);
-    if (r == SQLITE_OK) {
-      sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-      sqlite3_bind_text(st, 2, unit, -1, SQLITE_STATIC);
-      sqlite3_bind_text(st, 3, target, -1, SQLITE_STATIC);
-      sqlite3_bind_text(st, 4, c->host, -1, SQLITE_STATIC);
-      sqlite3_bind_int64(st, 5, (sqlite3_int64)getpid());
-      sqlite3_bind_text(st, 6, c->token, -1, SQLITE_STATIC);
-      sqlite3_bind_int64(st, 7, now);
-      r = sqlite3_step(st);
-    }
-    sqlite3_finalize(st);
-    if (r != SQLITE_DONE) rc = kiln_sql_fail(c->primary.db, r, "take build lease");
-  }
+  if (rc == KILN_OK && *state == KILN_LEASE_ACQUIRED)
+    rc = kiln_sql_run(c->primary.db, take,
+                      SQL_ARGS(SQL_TEXT(key), SQL_TEXT(unit), SQL_TEXT(target), SQL_TEXT(c->host),
+                               SQL_INT(getpid()), SQL_TEXT(c->token), SQL_INT(now)),
+                      "take build lease");
   rc = kiln_txn_end(c, rc, "take build lease");
   if (rc != KILN_OK) goto out;
   if (*state == KILN_LEASE_HELD || (*state == KILN_LEASE_ACQUIRED && stale)) {
@@ -156,64 +136,33 @@ out:
 }
 
 kiln_status kiln_lease_renew(kiln_cache *c) {
-  sqlite3_stmt *st = NULL;
-  kiln_status rc = KILN_OK;
-  int r;
+  kiln_status rc;
   pthread_mutex_lock(&c->lock);
-  r = sqlite3_prepare_v2(c->primary.db, "UPDATE leases SET heartbeat_ms = ?1 WHERE token = ?2", -1,
-                         &st, NULL);
-  if (r == SQLITE_OK) {
-    sqlite3_bind_int64(st, 1, kiln_wall_ms());
-    sqlite3_bind_text(st, 2, c->token, -1, SQLITE_STATIC);
-    r = sqlite3_step(st);
-  }
-  if (r != SQLITE_DONE) rc = kiln_sql_fail(c->primary.db, r, "renew build leases");
-  sqlite3_finalize(st);
+  rc = kiln_sql_run(c->primary.db, "UPDATE leases SET heartbeat_ms = ?1 WHERE token = ?2",
+                    SQL_ARGS(SQL_INT(kiln_wall_ms()), SQL_TEXT(c->token)), "renew build leases");
   pthread_mutex_unlock(&c->lock);
   return rc;
 }
 
 kiln_status kiln_lease_release(kiln_cache *c, const char *key) {
-  sqlite3_stmt *st = NULL;
-  kiln_status rc = KILN_OK;
-  int r;
+  kiln_status rc;
   pthread_mutex_lock(&c->lock);
-  r = sqlite3_prepare_v2(c->primary.db, "DELETE FROM leases WHERE key = ?1 AND token = ?2", -1,
-                         &st, NULL);
-  if (r == SQLITE_OK) {
-    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, c->token, -1, SQLITE_STATIC);
-    r = sqlite3_step(st);
-  }
-  if (r != SQLITE_DONE) rc = kiln_sql_fail(c->primary.db, r, "release build lease");
-  sqlite3_finalize(st);
+  rc = kiln_sql_run(c->primary.db, "DELETE FROM leases WHERE key = ?1 AND token = ?2",
+                    SQL_ARGS(SQL_TEXT(key), SQL_TEXT(c->token)), "release build lease");
   pthread_mutex_unlock(&c->lock);
   return rc;
 }
 
 kiln_status kiln_builds_add(kiln_cache *c, const char *key, const char *unit, const char *target,
                             int64_t started_s, double ms, int ok) {
-  sqlite3_stmt *st = NULL;
-  kiln_status rc = KILN_OK;
-  int r;
+  static const char *sql = "INSERT INTO builds(key, unit, target, host, pid, started, ms, ok) "
+                           "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+  kiln_status rc;
   pthread_mutex_lock(&c->lock);
-  r = sqlite3_prepare_v2(c->primary.db,
-                         "INSERT INTO builds(key, unit, target, host, pid, started, ms, ok) "
-                         "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                         -1, &st, NULL);
-  if (r == SQLITE_OK) {
-    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, unit, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 3, target, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 4, c->host, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 5, (sqlite3_int64)getpid());
-    sqlite3_bind_int64(st, 6, started_s);
-    sqlite3_bind_double(st, 7, ms);
-    sqlite3_bind_int(st, 8, ok);
-    r = sqlite3_step(st);
-  }
-  if (r != SQLITE_DONE) rc = kiln_sql_fail(c->primary.db, r, "log build run");
-  sqlite3_finalize(st);
+  rc = kiln_sql_run(c->primary.db, sql,
+                    SQL_ARGS(SQL_TEXT(key), SQL_TEXT(unit), SQL_TEXT(target), SQL_TEXT(c->host),
+                             SQL_INT(getpid()), SQL_INT(started_s), SQL_REAL(ms), SQL_INT(ok)),
+                    "log build run");
   pthread_mutex_unlock(&c->lock);
   return rc;
 }

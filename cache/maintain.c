@@ -64,16 +64,13 @@ static uint64_t count_files(const char *dir) {
   return n;
 }
 
-static kiln_status query_u64(sqlite3 *db, const char *sql, int64_t arg, uint64_t *out) {
-  sqlite3_stmt *st = NULL;
-  int r = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
-  if (r == SQLITE_OK) {
-    if (sqlite3_bind_parameter_count(st) > 0) sqlite3_bind_int64(st, 1, arg);
-    r = sqlite3_step(st);
-  }
-  if (r == SQLITE_ROW) *out = (uint64_t)sqlite3_column_int64(st, 0);
-  sqlite3_finalize(st);
-  return r == SQLITE_ROW ? KILN_OK : kiln_sql_fail(db, r, "count");
+/* An aggregate (count, sum): one row, always. */
+static kiln_status query_u64(uint64_t *out, sqlite3 *db, const char *sql, const kiln_sql_arg *args,
+                             size_t n) {
+  int64_t v = 0;
+  kiln_status rc = kiln_sql_int(&v, NULL, db, sql, args, n, "count");
+  if (rc == KILN_OK) *out = (uint64_t)v;
+  return rc;
 }
 
 #define BY_NAME "unit, target"
@@ -84,25 +81,18 @@ static kiln_status list_layer(sqlite3 *db, int layer, const char *order, kiln_re
                               size_t *cap) {
   char sql[256];
   sqlite3_stmt *st = NULL;
-  kiln_status rc = KILN_OK;
-  int r;
+  kiln_status rc;
+  int row = 0;
   snprintf(sql, sizeof sql, "SELECT " KILN_RECORD_COLUMNS " FROM records ORDER BY %s", order);
-  r = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
-  if (r != SQLITE_OK) return kiln_sql_fail(db, r, "list records");
-  while ((r = sqlite3_step(st)) == SQLITE_ROW) {
-    if (*n == *cap) {
-      size_t nc = *cap ? *cap * 2 : 64;
-      kiln_record *nv = realloc(*v, nc * sizeof *nv);
-      if (!nv) {
-        rc = kiln_fail(KILN_ENOMEM, "out of memory");
-        break;
-      }
-      *v = nv;
-      *cap = nc;
-    }
-    kiln_record_from_row(&(*v)[(*n)++], st, layer);
+  KILN_CHECK(kiln_sql_prepare(&st, db, sql, NULL, 0, "list records"));
+  for (;;) {
+    kiln_record rec;
+    KILN_CHECK(kiln_sql_step(&row, st, "list records"));
+    if (!row) break;
+    kiln_record_from_row(&rec, st, layer);
+    KILN_CHECK(kiln_record_push(v, n, cap, &rec));
   }
-  if (rc == KILN_OK && r != SQLITE_DONE) rc = kiln_sql_fail(db, r, "list records");
+out:
   sqlite3_finalize(st);
   return rc;
 }
@@ -137,15 +127,16 @@ static void stat_blob(const char *path, const char *digest, const struct stat *s
 kiln_status kiln_cache_stats_get(kiln_cache_stats *out, kiln_cache *c) {
   kiln_status rc;
   memset(out, 0, sizeof *out);
-  KILN_CHECK(query_u64(c->primary.db, "SELECT count(*) FROM records", 0, &out->records));
-  KILN_CHECK(query_u64(c->primary.db, "SELECT count(*) FROM failures WHERE expires > ?1",
-                       kiln_now_s(), &out->failures));
+  KILN_CHECK(query_u64(&out->records, c->primary.db, "SELECT count(*) FROM records", NULL, 0));
+  KILN_CHECK(query_u64(&out->failures, c->primary.db,
+                       "SELECT count(*) FROM failures WHERE expires > ?1",
+                       SQL_ARGS(SQL_INT(kiln_now_s()))));
   KILN_CHECK(walk_cas(c, stat_blob, out));
   out->quarantined = count_files(c->quarantine_dir);
   out->layers = c->n_layers;
   for (size_t i = 0; i < c->n_layers; i++) {
     uint64_t n = 0;
-    KILN_CHECK(query_u64(c->layers[i].db, "SELECT count(*) FROM records", 0, &n));
+    KILN_CHECK(query_u64(&n, c->layers[i].db, "SELECT count(*) FROM records", NULL, 0));
     out->layer_records += n;
   }
 out:
@@ -158,8 +149,8 @@ static kiln_status layer_info(sqlite3 *db, const char *dir, int layer, kiln_cach
   out->layer = layer;
   snprintf(out->path, sizeof out->path, "%s", dir);
   out->writable = layer == 0 && access(dir, W_OK) == 0;
-  KILN_CHECK(query_u64(db, "SELECT count(*) FROM records", 0, &out->records));
-  KILN_CHECK(query_u64(db, "SELECT coalesce(sum(size), 0) FROM records", 0, &out->bytes));
+  KILN_CHECK(query_u64(&out->records, db, "SELECT count(*) FROM records", NULL, 0));
+  KILN_CHECK(query_u64(&out->bytes, db, "SELECT coalesce(sum(size), 0) FROM records", NULL, 0));
 out:
   return rc;
 }
@@ -279,19 +270,27 @@ static void clean_tmp(kiln_cache *c) {
   closedir(d);
 }
 
+/* sqlite's own check of the index; best effort (a failure to run it is
+ * not an issue found). */
+static void quick_check(verify_ctx *v) {
+  sqlite3_stmt *st = NULL;
+  int row = 0;
+  if (kiln_sql_prepare(&st, v->c->primary.db, "PRAGMA quick_check", NULL, 0, "quick check") ==
+          KILN_OK &&
+      kiln_sql_step(&row, st, "quick check") == KILN_OK && row) {
+    const char *res = (const char *)sqlite3_column_text(st, 0);
+    if (!res || strcmp(res, "ok") != 0)
+      add_issue(v, "index.sqlite", res ? res : "quick_check failed");
+  }
+  sqlite3_finalize(st);
+}
+
 kiln_status kiln_cache_verify(kiln_cache_verify_report *out, kiln_cache *c) {
   verify_ctx v = {c, out, KILN_OK};
-  sqlite3_stmt *st = NULL;
   kiln_status rc;
   memset(out, 0, sizeof *out);
   clean_tmp(c);
-  int r = sqlite3_prepare_v2(c->primary.db, "PRAGMA quick_check", -1, &st, NULL);
-  if (r == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
-    const char *res = (const char *)sqlite3_column_text(st, 0);
-    if (!res || strcmp(res, "ok") != 0)
-      add_issue(&v, "index.sqlite", res ? res : "quick_check failed");
-  }
-  sqlite3_finalize(st);
+  quick_check(&v);
   KILN_CHECK(walk_cas(c, verify_blob, &v));
   verify_records(&v);
   rc = v.rc;
@@ -343,15 +342,12 @@ static void blob_list_free(blob_list *b) {
 }
 
 static int referenced(sqlite3 *db, const char *digest) {
-  sqlite3_stmt *st = NULL;
-  int found = 1; /* on error, keep the blob */
-  if (sqlite3_prepare_v2(db, "SELECT 1 FROM records WHERE digest = ?1 OR log_digest = ?1 LIMIT 1",
-                         -1, &st, NULL) == SQLITE_OK) {
-    sqlite3_bind_text(st, 1, digest, -1, SQLITE_STATIC);
-    int r = sqlite3_step(st);
-    found = (r == SQLITE_ROW) || (r != SQLITE_DONE);
-  }
-  sqlite3_finalize(st);
+  static const char *sql = "SELECT 1 FROM records WHERE digest = ?1 OR log_digest = ?1 LIMIT 1";
+  int64_t one;
+  int found = 0;
+  if (kiln_sql_int(&one, &found, db, sql, SQL_ARGS(SQL_TEXT(digest)), "look up blob users") !=
+      KILN_OK)
+    return 1; /* on error, keep the blob */
   return found;
 }
 
@@ -397,13 +393,12 @@ static void drop_unreferenced(kiln_cache *c, const char *digest, uint64_t *freed
 static int pinned(kiln_cache *c, const char *key) {
   char host[256];
   sqlite3_stmt *st = NULL;
-  int live = 0;
+  int live = 0, row = 0;
   kiln_host_name(host, sizeof host);
-  if (sqlite3_prepare_v2(c->primary.db, "SELECT host, pid, created FROM pins WHERE key = ?1", -1,
-                         &st, NULL) != SQLITE_OK)
-    return 1;
-  sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-  while (!live && sqlite3_step(st) == SQLITE_ROW) {
+  if (kiln_sql_prepare(&st, c->primary.db, "SELECT host, pid, created FROM pins WHERE key = ?1",
+                       SQL_ARGS(SQL_TEXT(key)), "look up pins") != KILN_OK)
+    return 1; /* on error, keep the record */
+  while (!live && kiln_sql_step(&row, st, "look up pins") == KILN_OK && row) {
     const char *h = (const char *)sqlite3_column_text(st, 0);
     pid_t pid = (pid_t)sqlite3_column_int64(st, 1);
     if (h && strcmp(h, host) == 0)
@@ -427,8 +422,8 @@ static kiln_status remove_record(kiln_cache *c, const kiln_record *rec, int chec
     kiln_txn_end(c, KILN_OK, "remove record");
     return KILN_ELOCKED;
   }
-  rc = kiln_sql_exec_key(c->primary.db, "DELETE FROM records WHERE key = ?1", rec->key,
-                         "delete record");
+  rc = kiln_sql_run(c->primary.db, "DELETE FROM records WHERE key = ?1",
+                    SQL_ARGS(SQL_TEXT(rec->key)), "delete record");
   if (rc == KILN_OK) {
     drop_unreferenced(c, rec->digest, freed, removed_blobs);
     drop_unreferenced(c, rec->log_digest, freed, removed_blobs);

@@ -38,21 +38,15 @@ out:
 }
 
 static kiln_status find_record(sqlite3 *db, const char *key, kiln_record *rec, int layer) {
+  static const char *sql = "SELECT " KILN_RECORD_COLUMNS " FROM records WHERE key = ?1";
   sqlite3_stmt *st = NULL;
-  int r = sqlite3_prepare_v2(db, "SELECT " KILN_RECORD_COLUMNS " FROM records WHERE key = ?1", -1,
-                             &st, NULL);
   kiln_status rc;
-  if (r != SQLITE_OK) return kiln_sql_fail(db, r, "look up record");
-  sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-  r = sqlite3_step(st);
-  if (r == SQLITE_ROW) {
-    kiln_record_from_row(rec, st, layer);
-    rc = KILN_OK;
-  } else if (r == SQLITE_DONE) {
-    rc = KILN_ENOTFOUND;
-  } else {
-    rc = kiln_sql_fail(db, r, "look up record");
-  }
+  int row = 0;
+  KILN_CHECK(kiln_sql_prepare(&st, db, sql, SQL_ARGS(SQL_TEXT(key)), "look up record"));
+  KILN_CHECK(kiln_sql_step(&row, st, "look up record"));
+  if (row) kiln_record_from_row(rec, st, layer);
+  rc = row ? KILN_OK : KILN_ENOTFOUND;
+out:
   sqlite3_finalize(st);
   return rc;
 }
@@ -60,17 +54,11 @@ static kiln_status find_record(sqlite3 *db, const char *key, kiln_record *rec, i
 /* last_used drives LRU eviction; writing it at most once a minute keeps
  * warm reads from turning into index writes. */
 static void touch(kiln_cache *c, const kiln_record *rec) {
-  sqlite3_stmt *st = NULL;
   int64_t now = kiln_now_s();
   if (now - rec->last_used < 60) return;
-  if (sqlite3_prepare_v2(c->primary.db, "UPDATE records SET last_used = ?1 WHERE key = ?2", -1, &st,
-                         NULL) == SQLITE_OK) {
-    sqlite3_bind_int64(st, 1, now);
-    sqlite3_bind_text(st, 2, rec->key, -1, SQLITE_STATIC);
-    if (sqlite3_step(st) != SQLITE_DONE)
-      kiln_log(KILN_LOG_DEBUG, "touch %s: %s", rec->key, sqlite3_errmsg(c->primary.db));
-  }
-  sqlite3_finalize(st);
+  if (kiln_sql_run(c->primary.db, "UPDATE records SET last_used = ?1 WHERE key = ?2",
+                   SQL_ARGS(SQL_INT(now), SQL_TEXT(rec->key)), "touch") != KILN_OK)
+    kiln_log(KILN_LOG_DEBUG, "touch %s: %s", rec->key, kiln_last_error());
 }
 
 kiln_status kiln_cache_get(kiln_record *out_rec, uint8_t **out_blob, size_t *out_size, kiln_cache *c, const char *key) {
@@ -108,13 +96,9 @@ kiln_status kiln_cache_get(kiln_record *out_rec, uint8_t **out_blob, size_t *out
 
 /* One record inside an open write transaction. */
 static kiln_status insert_locked(kiln_cache *c, kiln_record *rec) {
-  static const char *sql = "INSERT OR REPLACE INTO records(" KILN_RECORD_COLUMNS
-                           ") VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17)";
   char path[KILN_PATH_MAX];
   struct stat sb;
-  sqlite3_stmt *st = NULL;
   kiln_status rc;
-  int r;
   KILN_CHECK(kiln_blob_path(path, sizeof path, c->primary.dir, rec->digest));
   if (stat(path, &sb) != 0 || (uint64_t)sb.st_size != rec->size) {
     rc = kiln_fail(KILN_ENOTFOUND, "blob %s disappeared before its record was stored", path);
@@ -122,32 +106,9 @@ static kiln_status insert_locked(kiln_cache *c, kiln_record *rec) {
   }
   rec->created = rec->last_used = kiln_now_s();
   rec->layer = 0;
-  r = sqlite3_prepare_v2(c->primary.db, sql, -1, &st, NULL);
-  if (r == SQLITE_OK) {
-    sqlite3_bind_text(st, 1, rec->key, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, rec->unit, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 3, rec->target, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 4, rec->kind, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 5, rec->digest, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 6, (sqlite3_int64)rec->size);
-    sqlite3_bind_text(st, 7, rec->toolchain, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 8, rec->options, -1, SQLITE_STATIC);
-    sqlite3_bind_double(st, 9, rec->build_ms);
-    sqlite3_bind_int(st, 10, rec->registers);
-    sqlite3_bind_int(st, 11, rec->spill_stores);
-    sqlite3_bind_int(st, 12, rec->spill_loads);
-    sqlite3_bind_int(st, 13, rec->shared_bytes);
-    sqlite3_bind_int(st, 14, rec->stack_bytes);
-    sqlite3_bind_text(st, 15, rec->log_digest, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 16, rec->created);
-    sqlite3_bind_int64(st, 17, rec->last_used);
-    r = sqlite3_step(st);
-  }
-  rc = (r == SQLITE_DONE) ? KILN_OK : kiln_sql_fail(c->primary.db, r, "store record");
-  sqlite3_finalize(st);
-  if (rc == KILN_OK)
-    rc = kiln_sql_exec_key(c->primary.db, "DELETE FROM failures WHERE key = ?1", rec->key,
-                           "clear failure");
+  KILN_CHECK(kiln_record_store_row(c->primary.db, rec));
+  rc = kiln_sql_run(c->primary.db, "DELETE FROM failures WHERE key = ?1",
+                    SQL_ARGS(SQL_TEXT(rec->key)), "clear failure");
 out:
   return rc;
 }
@@ -206,94 +167,62 @@ out:
 kiln_status kiln_cache_clear_failure(kiln_cache *c, const char *key) {
   kiln_status rc;
   pthread_mutex_lock(&c->lock);
-  rc =
-      kiln_sql_exec_key(c->primary.db, "DELETE FROM failures WHERE key = ?1", key, "clear failure");
+  rc = kiln_sql_run(c->primary.db, "DELETE FROM failures WHERE key = ?1", SQL_ARGS(SQL_TEXT(key)),
+                    "clear failure");
   pthread_mutex_unlock(&c->lock);
   return rc;
 }
 
 kiln_status kiln_cache_put_failure(kiln_cache *c, const char *key, const char *unit,
                                    const char *target, const char *log, int ttl_s) {
-  sqlite3_stmt *st = NULL;
+  static const char *sql = "INSERT OR REPLACE INTO failures(key, unit, target, log, created, "
+                           "expires) VALUES(?1,?2,?3,?4,?5,?6)";
   int64_t now = kiln_now_s();
   kiln_status rc;
-  int r;
   pthread_mutex_lock(&c->lock); /* pool threads share the connection and its error text */
-  r = sqlite3_prepare_v2(c->primary.db,
-                         "INSERT OR REPLACE INTO failures(key, unit, target, log, created, "
-                         "expires) VALUES(?1,?2,?3,?4,?5,?6)",
-                         -1, &st, NULL);
-  if (r == SQLITE_OK) {
-    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, unit, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 3, target, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 4, log ? log : "", -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 5, now);
-    sqlite3_bind_int64(st, 6, now + ttl_s);
-    r = sqlite3_step(st);
-  }
-  rc = r == SQLITE_DONE ? KILN_OK : kiln_sql_fail(c->primary.db, r, "store failure record");
-  sqlite3_finalize(st);
+  rc = kiln_sql_run(c->primary.db, sql,
+                    SQL_ARGS(SQL_TEXT(key), SQL_TEXT(unit), SQL_TEXT(target),
+                             SQL_TEXT(log ? log : ""), SQL_INT(now), SQL_INT(now + ttl_s)),
+                    "store failure record");
   pthread_mutex_unlock(&c->lock);
   return rc;
 }
 
 kiln_status kiln_cache_get_failure(char **out_log, kiln_cache *c, const char *key) {
+  static const char *sql = "SELECT log FROM failures WHERE key = ?1 AND expires > ?2";
   sqlite3_stmt *st = NULL;
-  kiln_status rc = KILN_ENOTFOUND;
-  int r = sqlite3_prepare_v2(
-      c->primary.db, "SELECT log FROM failures WHERE key = ?1 AND expires > ?2", -1, &st, NULL);
-  if (r != SQLITE_OK) return kiln_sql_fail(c->primary.db, r, "look up failure");
-  sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-  sqlite3_bind_int64(st, 2, kiln_now_s());
-  r = sqlite3_step(st);
-  if (r == SQLITE_ROW) {
-    const char *log = (const char *)sqlite3_column_text(st, 0);
-    rc = KILN_OK;
-    if (out_log) {
-      *out_log = strdup(log ? log : "");
-      if (!*out_log) rc = kiln_fail(KILN_ENOMEM, "out of memory");
-    }
-  } else if (r != SQLITE_DONE) {
-    rc = kiln_sql_fail(c->primary.db, r, "look up failure");
-  }
+  const char *log;
+  kiln_status rc;
+  int row = 0;
+  KILN_CHECK(kiln_sql_prepare(&st, c->primary.db, sql,
+                              SQL_ARGS(SQL_TEXT(key), SQL_INT(kiln_now_s())), "look up failure"));
+  KILN_CHECK(kiln_sql_step(&row, st, "look up failure"));
+  rc = row ? KILN_OK : KILN_ENOTFOUND;
+  if (!row || !out_log) goto out;
+  log = (const char *)sqlite3_column_text(st, 0);
+  *out_log = strdup(log ? log : "");
+  if (!*out_log) rc = kiln_fail(KILN_ENOMEM, "out of memory");
+out:
   sqlite3_finalize(st);
   return rc;
 }
 
 kiln_status kiln_cache_pin(kiln_cache *c, const char *key) {
+  static const char *sql = "INSERT OR REPLACE INTO pins(key, host, pid, created) "
+                           "VALUES(?1,?2,?3,?4)";
   char host[256];
-  sqlite3_stmt *st = NULL;
-  int r = sqlite3_prepare_v2(c->primary.db,
-                             "INSERT OR REPLACE INTO pins(key, host, pid, created) "
-                             "VALUES(?1,?2,?3,?4)",
-                             -1, &st, NULL);
   kiln_host_name(host, sizeof host);
-  if (r == SQLITE_OK) {
-    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, host, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 3, (sqlite3_int64)getpid());
-    sqlite3_bind_int64(st, 4, kiln_now_s());
-    r = sqlite3_step(st);
-  }
-  sqlite3_finalize(st);
-  return r == SQLITE_DONE ? KILN_OK : kiln_sql_fail(c->primary.db, r, "pin");
+  return kiln_sql_run(
+      c->primary.db, sql,
+      SQL_ARGS(SQL_TEXT(key), SQL_TEXT(host), SQL_INT(getpid()), SQL_INT(kiln_now_s())), "pin");
 }
 
 kiln_status kiln_cache_unpin(kiln_cache *c, const char *key) {
+  static const char *sql = "DELETE FROM pins WHERE key = ?1 AND host = ?2 AND pid = ?3";
   char host[256];
-  sqlite3_stmt *st = NULL;
-  int r = sqlite3_prepare_v2(
-      c->primary.db, "DELETE FROM pins WHERE key = ?1 AND host = ?2 AND pid = ?3", -1, &st, NULL);
   kiln_host_name(host, sizeof host);
-  if (r == SQLITE_OK) {
-    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, host, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 3, (sqlite3_int64)getpid());
-    r = sqlite3_step(st);
-  }
-  sqlite3_finalize(st);
-  return r == SQLITE_DONE ? KILN_OK : kiln_sql_fail(c->primary.db, r, "unpin");
+  return kiln_sql_run(c->primary.db, sql,
+                      SQL_ARGS(SQL_TEXT(key), SQL_TEXT(host), SQL_INT(getpid())), "unpin");
 }
 
 kiln_status kiln_cache_quarantine(kiln_cache *c, const char *digest, const char *why) {
@@ -306,37 +235,27 @@ kiln_status kiln_cache_quarantine(kiln_cache *c, const char *digest, const char 
  * of today's sources. */
 static kiln_status find_unit_in(sqlite3 *db, int layer, const kiln_unit_info *unit,
                                 const char *options, kiln_record **recs, size_t *n, size_t *cap) {
+  static const char *sql = "SELECT " KILN_RECORD_COLUMNS
+                           " FROM records WHERE unit = ?1 AND options = ?2 ORDER BY target";
   sqlite3_stmt *st = NULL;
-  kiln_status rc = KILN_OK;
-  int r = sqlite3_prepare_v2(db,
-                             "SELECT " KILN_RECORD_COLUMNS
-                             " FROM records WHERE unit = ?1 AND options = ?2 ORDER BY target",
-                             -1, &st, NULL);
-  if (r != SQLITE_OK) return kiln_sql_fail(db, r, "look up unit records");
-  sqlite3_bind_text(st, 1, unit->name, -1, SQLITE_STATIC);
-  sqlite3_bind_text(st, 2, options, -1, SQLITE_STATIC);
-  while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+  kiln_status rc;
+  int row = 0;
+  KILN_CHECK(kiln_sql_prepare(&st, db, sql, SQL_ARGS(SQL_TEXT(unit->name), SQL_TEXT(options)),
+                              "look up unit records"));
+  for (;;) {
     kiln_record rec;
     char want[65];
+    KILN_CHECK(kiln_sql_step(&row, st, "look up unit records"));
+    if (!row) break;
     kiln_record_from_row(&rec, st, layer);
     /* The key covers the unit's bytes: a record built from other sources
      * (another kiln version) does not match and is not this unit's code. */
     if (kiln_cache_key(want, unit, rec.target, rec.options, rec.toolchain) != KILN_OK ||
         strcmp(want, rec.key) != 0)
       continue;
-    if (*n == *cap) {
-      size_t nc = *cap ? *cap * 2 : 16;
-      kiln_record *nr = realloc(*recs, nc * sizeof *nr);
-      if (!nr) {
-        rc = kiln_fail(KILN_ENOMEM, "out of memory");
-        break;
-      }
-      *recs = nr;
-      *cap = nc;
-    }
-    (*recs)[(*n)++] = rec;
+    KILN_CHECK(kiln_record_push(recs, n, cap, &rec));
   }
-  if (rc == KILN_OK && r != SQLITE_DONE) rc = kiln_sql_fail(db, r, "look up unit records");
+out:
   sqlite3_finalize(st);
   return rc;
 }

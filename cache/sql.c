@@ -1,7 +1,8 @@
-/* sqlite helpers shared by the store's files. */
-#include <stdio.h>
+/* sqlite helpers shared by the store's files: prepare with binds, step, run,
+ * one failure path; and the store's write transaction. */
+#include "cache/sql.h"
+
 #include <time.h>
-#include <unistd.h>
 
 #include "cache/store.h"
 #include "common/error.h"
@@ -17,16 +18,73 @@ kiln_status kiln_sql_fail(sqlite3 *db, int sqlite_rc, const char *what) {
 }
 
 kiln_status kiln_sql_exec(sqlite3 *db, const char *sql, const char *what) {
-  int r = sqlite3_exec(db, sql, NULL, NULL, NULL);
-  if (r != SQLITE_OK) return kiln_sql_fail(db, r, what);
-  return KILN_OK;
+  kiln_status rc = KILN_OK;
+  SQL_CHECK(db, sqlite3_exec(db, sql, NULL, NULL, NULL), what);
+out:
+  return rc;
 }
 
-int64_t kiln_now_s(void) {
-  return (int64_t)time(NULL);
+static int bind(sqlite3_stmt *st, int i, const kiln_sql_arg *a) {
+  switch (a->type) {
+  case KILN_SQL_TEXT: return sqlite3_bind_text(st, i, a->v.text, -1, SQLITE_STATIC);
+  case KILN_SQL_INT: return sqlite3_bind_int64(st, i, (sqlite3_int64)a->v.i);
+  case KILN_SQL_REAL: return sqlite3_bind_double(st, i, a->v.real);
+  }
+  return SQLITE_MISUSE;
 }
 
-static void copy_text(char *dst, size_t cap, sqlite3_stmt *st, int col) {
+kiln_status kiln_sql_prepare(sqlite3_stmt **out, sqlite3 *db, const char *sql,
+                             const kiln_sql_arg *args, size_t n, const char *what) {
+  sqlite3_stmt *st = NULL;
+  kiln_status rc = KILN_OK;
+  *out = NULL;
+  SQL_CHECK(db, sqlite3_prepare_v2(db, sql, -1, &st, NULL), what);
+  for (size_t i = 0; i < n; i++)
+    SQL_CHECK(db, bind(st, (int)i + 1, &args[i]), what);
+  *out = st;
+  st = NULL;
+out:
+  sqlite3_finalize(st);
+  return rc;
+}
+
+kiln_status kiln_sql_step(int *row, sqlite3_stmt *st, const char *what) {
+  int r = sqlite3_step(st);
+  *row = r == SQLITE_ROW;
+  if (r == SQLITE_ROW || r == SQLITE_DONE) return KILN_OK;
+  return kiln_sql_fail(sqlite3_db_handle(st), r, what);
+}
+
+kiln_status kiln_sql_run(sqlite3 *db, const char *sql, const kiln_sql_arg *args, size_t n,
+                         const char *what) {
+  sqlite3_stmt *st = NULL;
+  kiln_status rc;
+  int r;
+  KILN_CHECK(kiln_sql_prepare(&st, db, sql, args, n, what));
+  /* A row here is a misuse (a SELECT), reported like any failure. */
+  r = sqlite3_step(st);
+  rc = r == SQLITE_DONE ? KILN_OK : kiln_sql_fail(db, r, what);
+out:
+  sqlite3_finalize(st);
+  return rc;
+}
+
+kiln_status kiln_sql_int(int64_t *out, int *found, sqlite3 *db, const char *sql,
+                         const kiln_sql_arg *args, size_t n, const char *what) {
+  sqlite3_stmt *st = NULL;
+  kiln_status rc;
+  int row = 0;
+  *out = 0;
+  KILN_CHECK(kiln_sql_prepare(&st, db, sql, args, n, what));
+  KILN_CHECK(kiln_sql_step(&row, st, what));
+  if (row) *out = sqlite3_column_int64(st, 0);
+out:
+  if (found) *found = row;
+  sqlite3_finalize(st);
+  return rc;
+}
+
+void kiln_sql_text(char *dst, size_t cap, sqlite3_stmt *st, int col) {
   const unsigned char *t = sqlite3_column_text(st, col);
   size_t i = 0;
   if (t)
@@ -34,25 +92,8 @@ static void copy_text(char *dst, size_t cap, sqlite3_stmt *st, int col) {
   dst[i] = '\0';
 }
 
-void kiln_record_from_row(kiln_record *r, sqlite3_stmt *st, int layer) {
-  copy_text(r->key, sizeof r->key, st, 0);
-  copy_text(r->unit, sizeof r->unit, st, 1);
-  copy_text(r->target, sizeof r->target, st, 2);
-  copy_text(r->kind, sizeof r->kind, st, 3);
-  copy_text(r->digest, sizeof r->digest, st, 4);
-  r->size = (uint64_t)sqlite3_column_int64(st, 5);
-  copy_text(r->toolchain, sizeof r->toolchain, st, 6);
-  copy_text(r->options, sizeof r->options, st, 7);
-  r->build_ms = sqlite3_column_double(st, 8);
-  r->registers = sqlite3_column_int(st, 9);
-  r->spill_stores = sqlite3_column_int(st, 10);
-  r->spill_loads = sqlite3_column_int(st, 11);
-  r->shared_bytes = sqlite3_column_int(st, 12);
-  r->stack_bytes = sqlite3_column_int(st, 13);
-  copy_text(r->log_digest, sizeof r->log_digest, st, 14);
-  r->created = sqlite3_column_int64(st, 15);
-  r->last_used = sqlite3_column_int64(st, 16);
-  r->layer = layer;
+int64_t kiln_now_s(void) {
+  return (int64_t)time(NULL);
 }
 
 kiln_status kiln_txn_begin(kiln_cache *c, const char *what) {
@@ -67,18 +108,5 @@ kiln_status kiln_txn_end(kiln_cache *c, kiln_status rc, const char *what) {
   if (rc == KILN_OK) rc = kiln_sql_exec(c->primary.db, "COMMIT", what);
   if (rc != KILN_OK) sqlite3_exec(c->primary.db, "ROLLBACK", NULL, NULL, NULL);
   pthread_mutex_unlock(&c->lock);
-  return rc;
-}
-
-kiln_status kiln_sql_exec_key(sqlite3 *db, const char *sql, const char *key, const char *what) {
-  sqlite3_stmt *st = NULL;
-  int r = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
-  kiln_status rc;
-  if (r == SQLITE_OK) {
-    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-    r = sqlite3_step(st);
-  }
-  rc = r == SQLITE_DONE ? KILN_OK : kiln_sql_fail(db, r, what);
-  sqlite3_finalize(st);
   return rc;
 }

@@ -68,22 +68,16 @@ static kiln_status check_dir(const char *dir) {
 }
 
 static kiln_status init_schema(sqlite3 *db, const char *dir) {
-  sqlite3_stmt *st = NULL;
   kiln_status rc;
-  int version = 0, r;
+  int64_t version = 0;
   KILN_CHECK(kiln_sql_exec(db, "BEGIN IMMEDIATE", "begin"));
-  r = sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, NULL);
-  if (r == SQLITE_OK && (r = sqlite3_step(st)) == SQLITE_ROW) version = sqlite3_column_int(st, 0);
-  sqlite3_finalize(st);
-  if (r != SQLITE_ROW) {
-    rc = kiln_sql_fail(db, r, "read schema version");
-    goto rollback;
-  }
+  rc = kiln_sql_int(&version, NULL, db, "PRAGMA user_version", NULL, 0, "read schema version");
+  if (rc != KILN_OK) goto rollback;
   if (version > KILN_CACHE_SCHEMA_VERSION) {
     rc = kiln_fail(KILN_EUNSUPPORTED,
                    "cache %s has schema %d, newer than this kiln's %d: upgrade kiln or use "
                    "another --cache",
-                   dir, version, KILN_CACHE_SCHEMA_VERSION);
+                   dir, (int)version, KILN_CACHE_SCHEMA_VERSION);
     goto rollback;
   }
   if (version < KILN_CACHE_SCHEMA_VERSION) {
@@ -117,7 +111,6 @@ static kiln_status set_wal(sqlite3 *db) {
 static kiln_status open_primary(kiln_cache *c, int create) {
   char path[KILN_PATH_MAX];
   kiln_status rc;
-  int r;
   if (create) KILN_CHECK(kiln_mkdir_p(c->primary.dir, 0700));
   KILN_CHECK(check_dir(c->primary.dir));
   KILN_CHECK(kiln_path_join(c->cas_dir, sizeof c->cas_dir, c->primary.dir, "cas"));
@@ -128,12 +121,11 @@ static kiln_status open_primary(kiln_cache *c, int create) {
   KILN_CHECK(kiln_mkdir(c->tmp_dir, 0700));
   KILN_CHECK(kiln_mkdir(c->quarantine_dir, 0700));
   KILN_CHECK(kiln_path_join(path, sizeof path, c->primary.dir, "index.sqlite"));
-  r = sqlite3_open_v2(path, &c->primary.db,
-                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL);
-  if (r != SQLITE_OK) {
-    rc = kiln_sql_fail(c->primary.db, r, path);
-    goto out;
-  }
+  SQL_CHECK(c->primary.db,
+            sqlite3_open_v2(path, &c->primary.db,
+                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                            NULL),
+            path);
   sqlite3_busy_timeout(c->primary.db, 30000);
   KILN_CHECK(set_wal(c->primary.db));
   KILN_CHECK(kiln_sql_exec(c->primary.db, "PRAGMA synchronous=NORMAL", "set synchronous"));
@@ -142,20 +134,21 @@ out:
   return rc;
 }
 
-/* SQLITE_OK when the layer's records table is one this kiln reads (schema 1,
- * the first, up to this kiln's: later schemas only added tables), SQLITE_SCHEMA
- * if not, or sqlite's error. */
-static int layer_schema(sqlite3 *db) {
-  sqlite3_stmt *st = NULL;
-  int r = sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, NULL);
-  if (r == SQLITE_OK && (r = sqlite3_step(st)) == SQLITE_ROW)
-    r = sqlite3_column_int(st, 0) >= 1 && sqlite3_column_int(st, 0) <= KILN_CACHE_SCHEMA_VERSION
-            ? SQLITE_OK
-            : SQLITE_SCHEMA;
-  sqlite3_finalize(st);
-  if (r == SQLITE_OK) r = sqlite3_exec(db, "SELECT " KILN_RECORD_COLUMNS " FROM records LIMIT 1",
-                                       NULL, NULL, NULL);
-  return r;
+/* KILN_OK when the layer's records table is one this kiln reads (schema 1,
+ * the first, up to this kiln's: later schemas only added tables),
+ * KILN_EUNSUPPORTED if not, or the sqlite failure (its message stays on db). */
+static kiln_status layer_schema(sqlite3 *db) {
+  int64_t version = 0;
+  kiln_status rc;
+  KILN_CHECK(
+      kiln_sql_int(&version, NULL, db, "PRAGMA user_version", NULL, 0, "read schema version"));
+  if (version < 1 || version > KILN_CACHE_SCHEMA_VERSION) {
+    rc = kiln_fail(KILN_EUNSUPPORTED, "cache schema %d is not this kiln's", (int)version);
+    goto out;
+  }
+  rc = kiln_sql_exec(db, "SELECT " KILN_RECORD_COLUMNS " FROM records LIMIT 1", "read records");
+out:
+  return rc;
 }
 
 static int wal_pending(const char *dir) {
@@ -170,6 +163,7 @@ static int wal_pending(const char *dir) {
 static void open_layer(kiln_cache *c, const char *dir) {
   char uri[KILN_PATH_MAX + 64];
   kiln_layer *l;
+  kiln_status rc;
   size_t n = 0;
   int r;
   if (c->n_layers == KILN_MAX_LAYERS) {
@@ -199,11 +193,12 @@ static void open_layer(kiln_cache *c, const char *dir) {
     return;
   }
   r = sqlite3_open_v2(uri, &l->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL);
-  if (r == SQLITE_OK) r = layer_schema(l->db);
-  if (r != SQLITE_OK) {
+  rc = r == SQLITE_OK ? layer_schema(l->db) : KILN_EDB;
+  if (rc != KILN_OK) {
     kiln_log(KILN_LOG_WARN, "read-only cache layer %s skipped: %s", dir,
-             r == SQLITE_SCHEMA ? "its cache schema is not this kiln's"
-                                : l->db ? sqlite3_errmsg(l->db) : sqlite3_errstr(r));
+             rc == KILN_EUNSUPPORTED ? "its cache schema is not this kiln's"
+             : l->db                 ? sqlite3_errmsg(l->db)
+                                     : sqlite3_errstr(r));
     sqlite3_close(l->db);
     l->db = NULL;
     return;

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <sqlite3.h>
 
+#include "cache/sql.h" /* kiln_sql_*, SQL_CHECK */
 #include "kiln/cache.h"
 
 #define KILN_MAX_LAYERS 16
@@ -30,13 +31,6 @@ struct kiln_cache {
 
 /* Frees a remote attached by kiln_cache_set_remote (NULL is fine). */
 void kiln_remote_close(struct kiln_remote *r);
-
-/* Runs sql on db; KILN_EDB naming what and sqlite's message on failure. */
-kiln_status kiln_sql_exec(sqlite3 *db, const char *sql, const char *what);
-/* Runs sql with ?1 bound to key; a statement that returns no rows. */
-kiln_status kiln_sql_exec_key(sqlite3 *db, const char *sql, const char *key, const char *what);
-/* sqlite error -> kiln_status (SQLITE_FULL -> KILN_ENOSPC, BUSY -> ELOCKED). */
-kiln_status kiln_sql_fail(sqlite3 *db, int sqlite_rc, const char *what);
 
 /* Takes c->lock and BEGIN IMMEDIATE on the primary index: the write lock that
  * orders a put's "blob is there, insert the record" against gc, rm and
@@ -71,14 +65,17 @@ kiln_status kiln_records_insert(kiln_cache *c, kiln_record *const *recs, size_t 
  * copy rewritten by another process) stays. */
 kiln_status kiln_blob_quarantine(kiln_cache *c, const char *digest, const char *why, int force);
 
-/* Fills rec from a row of "SELECT " KILN_RECORD_COLUMNS. */
+/* Fills rec from a row of "SELECT " KILN_RECORD_COLUMNS (cache/record_row.c). */
 void kiln_record_from_row(kiln_record *rec, sqlite3_stmt *st, int layer);
 #define KILN_RECORD_COLUMNS                                                                        \
   "key, unit, target, kind, digest, size, toolchain, options, build_ms, registers, "              \
   "spill_stores, spill_loads, shared_bytes, stack_bytes, log_digest, created, last_used"
+/* INSERT OR REPLACE of rec's row into the records table of db, as it is. */
+kiln_status kiln_record_store_row(sqlite3 *db, const kiln_record *rec);
+/* Appends a copy of rec to the growable array *v (*n used, *cap allocated). */
+kiln_status kiln_record_push(kiln_record **v, size_t *n, size_t *cap, const kiln_record *rec);
 
 int64_t kiln_now_s(void);
-/* This host's name (for pins and leases). */
 
 /* A failed compile, kept for ttl_s seconds so many callers do not retry it. */
 kiln_status kiln_cache_put_failure(kiln_cache *cache, const char *key, const char *unit,
