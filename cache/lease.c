@@ -13,6 +13,10 @@
 #include "common/error.h"
 #include "common/logging.h"
 
+int kiln_pid_gone(long pid) {
+  return pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
 typedef struct lease_row {
   int present;
   char host[64];
@@ -42,9 +46,8 @@ out:
 }
 
 /* A holder on this host whose pid no longer exists is gone for good. */
-static int holder_dead(const kiln_cache *c, const lease_row *row) {
-  if (strcmp(row->host, c->host) != 0 || row->pid <= 0) return 0;
-  return kill((pid_t)row->pid, 0) != 0 && errno == ESRCH;
+static int holder_dead(const kiln_cache *c, const char *host, long pid) {
+  return strcmp(host, c->host) == 0 && kiln_pid_gone(pid);
 }
 
 static void describe(kiln_lease_holder *h, const lease_row *row, int64_t now) {
@@ -85,7 +88,7 @@ static kiln_status peek(kiln_cache *c, const char *key, int64_t stale_ms, int ig
   }
   KILN_CHECK(read_lease(c->primary.db, key, row));
   *stale = row->present && strcmp(row->token, c->token) != 0 &&
-           (now - row->heartbeat_ms > stale_ms || holder_dead(c, row));
+           (now - row->heartbeat_ms > stale_ms || holder_dead(c, row->host, row->pid));
   *state = row->present && strcmp(row->token, c->token) != 0 && !*stale ? KILN_LEASE_HELD
                                                                           : KILN_LEASE_ACQUIRED;
 out:
@@ -128,8 +131,10 @@ kiln_status kiln_lease_try(kiln_cache *c, const char *key, const char *unit, con
     if (holder && stale) holder->taken_over = 1;
   }
   if (*state == KILN_LEASE_ACQUIRED && stale)
-    kiln_log(KILN_LOG_INFO, "took over the build of %s %s from %s pid %ld (%s, last heartbeat %.1f s ago)",
-             unit, target, row.host, row.pid, holder_dead(c, &row) ? "process gone" : "stale",
+    kiln_log(KILN_LOG_INFO,
+             "took over the build of %s %s from %s pid %ld (%s, last heartbeat %.1f s ago)", unit,
+             target, row.host, row.pid,
+             holder_dead(c, row.host, row.pid) ? "process gone" : "stale",
              (now - row.heartbeat_ms) / 1e3);
 out:
   return rc;

@@ -37,6 +37,12 @@ kiln_status kiln_lease_renew(kiln_cache *c);
 /* Drops this handle's lease on key (no-op if it does not hold it). */
 kiln_status kiln_lease_release(kiln_cache *c, const char *key);
 
+/* 1 when process pid (of this host) no longer exists: kill(pid, 0) fails
+ * with ESRCH. This is the one proof that a holder of a lease, a pin or a
+ * temp file is gone for good; a pid that exists but is not ours to signal
+ * (EPERM) is alive, and pid <= 0 names no process, so it is never gone. */
+int kiln_pid_gone(long pid);
+
 /* Appends one compile run to the builds table (what `kiln cache stats`
  * counts, and what tests use to prove a target was built once). */
 kiln_status kiln_builds_add(kiln_cache *c, const char *key, const char *unit, const char *target,

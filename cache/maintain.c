@@ -2,13 +2,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fnmatch.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cache/lease.h"
 #include "cache/store.h"
 #include "common/clock.h"
 #include "common/digest.h"
@@ -265,7 +265,7 @@ static void clean_tmp(kiln_cache *c) {
       continue;
     if (strncmp(e->d_name + off, host, strlen(host)) != 0 || e->d_name[off + strlen(host)] != '.')
       continue;
-    if (pid != (long)getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH) unlink(path);
+    if (pid != (long)getpid() && kiln_pid_gone(pid)) unlink(path);
   }
   closedir(d);
 }
@@ -400,9 +400,8 @@ static int pinned(kiln_cache *c, const char *key) {
     return 1; /* on error, keep the record */
   while (!live && kiln_sql_step(&row, st, "look up pins") == KILN_OK && row) {
     const char *h = (const char *)sqlite3_column_text(st, 0);
-    pid_t pid = (pid_t)sqlite3_column_int64(st, 1);
     if (h && strcmp(h, host) == 0)
-      live = kill(pid, 0) == 0 || errno != ESRCH;
+      live = !kiln_pid_gone((long)sqlite3_column_int64(st, 1));
     else
       live = kiln_now_s() - sqlite3_column_int64(st, 2) < 24 * 3600;
   }

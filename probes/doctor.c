@@ -3,7 +3,6 @@
  * Read-only: the cache is opened without create, the index only read. */
 #include <dirent.h>
 #include <errno.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -282,8 +281,7 @@ static void check_leases(doctor_ctx *x) {
     const char *host = (const char *)sqlite3_column_text(st, 2);
     long pid = (long)sqlite3_column_int64(st, 3);
     double age_s = (double)(now - sqlite3_column_int64(st, 4)) / 1000;
-    int dead =
-        host && strcmp(host, x->cache->host) == 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+    int dead = host && strcmp(host, x->cache->host) == 0 && kiln_pid_gone(pid);
     if (!dead && age_s <= stale_s) {
       live++;
       continue;
