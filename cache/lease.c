@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -155,6 +156,50 @@ kiln_status kiln_lease_release(kiln_cache *c, const char *key) {
   rc = kiln_sql_run(c->primary.db, "DELETE FROM leases WHERE key = ?1 AND token = ?2",
                     SQL_ARGS(SQL_TEXT(key), SQL_TEXT(c->token)), "release build lease");
   pthread_mutex_unlock(&c->lock);
+  return rc;
+}
+
+static void lease_info_from_row(kiln_lease_info *l, sqlite3_stmt *st, const kiln_cache *c) {
+  memset(l, 0, sizeof *l);
+  kiln_sql_text(l->key, sizeof l->key, st, 0);
+  kiln_sql_text(l->unit, sizeof l->unit, st, 1);
+  kiln_sql_text(l->target, sizeof l->target, st, 2);
+  kiln_sql_text(l->host, sizeof l->host, st, 3);
+  l->pid = (long)sqlite3_column_int64(st, 4);
+  l->acquired_ms = sqlite3_column_int64(st, 5);
+  l->heartbeat_ms = sqlite3_column_int64(st, 6);
+  l->gone = holder_dead(c, l->host, l->pid);
+}
+
+kiln_status kiln_lease_list(kiln_lease_info **out, size_t *n, kiln_cache *c) {
+  static const char *sql = "SELECT key, unit, target, host, pid, acquired_ms, heartbeat_ms "
+                           "FROM leases ORDER BY unit, target";
+  kiln_lease_info *v = NULL, *grown;
+  sqlite3_stmt *st = NULL;
+  size_t cnt = 0;
+  kiln_status rc;
+  int row = 0;
+  *out = NULL;
+  *n = 0;
+  pthread_mutex_lock(&c->lock);
+  KILN_CHECK(kiln_sql_prepare(&st, c->primary.db, sql, NULL, 0, "list build leases"));
+  for (;;) {
+    KILN_CHECK(kiln_sql_step(&row, st, "list build leases"));
+    if (!row) break;
+    if (!(grown = realloc(v, (cnt + 1) * sizeof *v))) {
+      rc = kiln_fail(KILN_ENOMEM, "out of memory");
+      goto out;
+    }
+    v = grown;
+    lease_info_from_row(&v[cnt++], st, c);
+  }
+  *out = v;
+  *n = cnt;
+  v = NULL;
+out:
+  sqlite3_finalize(st);
+  pthread_mutex_unlock(&c->lock);
+  free(v);
   return rc;
 }
 

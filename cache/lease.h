@@ -8,6 +8,7 @@
 #ifndef KILN_CACHE_LEASE_H
 #define KILN_CACHE_LEASE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kiln/cache.h"
@@ -36,6 +37,23 @@ kiln_status kiln_lease_try(kiln_cache *c, const char *key, const char *unit, con
 kiln_status kiln_lease_renew(kiln_cache *c);
 /* Drops this handle's lease on key (no-op if it does not hold it). */
 kiln_status kiln_lease_release(kiln_cache *c, const char *key);
+
+/* One row of the leases table, for probes (kiln doctor). Times are
+ * wall-clock milliseconds. */
+typedef struct kiln_lease_info {
+  char key[65];
+  char unit[64];
+  char target[16];
+  char host[64];
+  long pid;
+  int64_t acquired_ms;
+  int64_t heartbeat_ms;
+  int gone; /* its holder ran on this host and its pid no longer exists */
+} kiln_lease_info;
+
+/* Every build lease in the primary index, ordered by unit and target.
+ * *out is freed with free() (NULL when there are none). */
+kiln_status kiln_lease_list(kiln_lease_info **out, size_t *n, kiln_cache *c);
 
 /* 1 when process pid (of this host) no longer exists: kill(pid, 0) fails
  * with ESRCH. This is the one proof that a holder of a lease, a pin or a

@@ -259,40 +259,35 @@ static void check_disk_space(doctor_ctx *x) {
 }
 
 static void check_leases(doctor_ctx *x) {
-  sqlite3_stmt *st = NULL;
+  kiln_lease_info *leases = NULL;
   double stale_s = 30;
   int64_t now = kiln_wall_ms();
   char list[768] = "", fix[512];
-  size_t n = 0, stale = 0, live = 0;
+  size_t n = 0, stale = 0, live = 0, n_leases = 0;
   if (!x->cache) {
     doctor_add(x->r, "leases", KILN_DOCTOR_SKIP, NULL, "no cache to read");
     return;
   }
   kiln_param_lease_stale_s(&stale_s);
-  if (sqlite3_prepare_v2(x->cache->primary.db,
-                         "SELECT unit, target, host, pid, heartbeat_ms FROM leases ORDER BY unit, "
-                         "target",
-                         -1, &st, NULL) != SQLITE_OK) {
+  if (kiln_lease_list(&leases, &n_leases, x->cache) != KILN_OK) {
     doctor_add(x->r, "leases", KILN_DOCTOR_WARN, "`kiln cache verify`", "cannot read leases: %s",
-               sqlite3_errmsg(x->cache->primary.db));
+               kiln_last_error());
     return;
   }
-  while (sqlite3_step(st) == SQLITE_ROW) {
-    const char *host = (const char *)sqlite3_column_text(st, 2);
-    long pid = (long)sqlite3_column_int64(st, 3);
-    double age_s = (double)(now - sqlite3_column_int64(st, 4)) / 1000;
-    int dead = host && strcmp(host, x->cache->host) == 0 && kiln_pid_gone(pid);
-    if (!dead && age_s <= stale_s) {
+  for (size_t i = 0; i < n_leases; i++) {
+    const kiln_lease_info *l = &leases[i];
+    double age_s = (double)(now - l->heartbeat_ms) / 1000;
+    if (!l->gone && age_s <= stale_s) {
       live++;
       continue;
     }
     stale++;
     if (n < sizeof list)
       n += (size_t)snprintf(list + n, sizeof list - n, "%s%s/%s held by %s pid %ld (%s)",
-                            n ? ", " : "", sqlite3_column_text(st, 0), sqlite3_column_text(st, 1),
-                            host ? host : "?", pid, dead ? "gone" : "no heartbeat for a while");
+                            n ? ", " : "", l->unit, l->target, l->host, l->pid,
+                            l->gone ? "gone" : "no heartbeat for a while");
   }
-  sqlite3_finalize(st);
+  free(leases);
   snprintf(fix, sizeof fix,
            "nothing to do: the next build of the unit takes a stale lease over (after "
            "KILN_LEASE_STALE=%.0f s, at once for a holder gone on this host); no command clears "
