@@ -1,44 +1,40 @@
-/* The records table's rows <-> kiln_record: row decoding and INSERT. */
+/* The records table's rows <-> kiln_record: the SELECT list, row decoding
+ * and INSERT, all generated from cache/record_fields.def. */
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "cache/record_fields.h"
 #include "cache/sql.h"
 #include "cache/store.h"
 #include "common/error.h"
 
+#define FROM_COLUMN_TEXT(dst, st, i) kiln_sql_text(dst, sizeof dst, st, i)
+#define FROM_COLUMN_U64(dst, st, i) (dst) = (uint64_t)sqlite3_column_int64(st, i)
+#define FROM_COLUMN_INT(dst, st, i) (dst) = sqlite3_column_int(st, i)
+#define FROM_COLUMN_INT64(dst, st, i) (dst) = sqlite3_column_int64(st, i)
+#define FROM_COLUMN_DOUBLE(dst, st, i) (dst) = sqlite3_column_double(st, i)
+#define FROM_COLUMN(field, type, column, decl, json, canon, wire)                                  \
+  FROM_COLUMN_##type(r->field, st, col++);
+
 void kiln_record_from_row(kiln_record *r, sqlite3_stmt *st, int layer) {
-  kiln_sql_text(r->key, sizeof r->key, st, 0);
-  kiln_sql_text(r->unit, sizeof r->unit, st, 1);
-  kiln_sql_text(r->target, sizeof r->target, st, 2);
-  kiln_sql_text(r->kind, sizeof r->kind, st, 3);
-  kiln_sql_text(r->digest, sizeof r->digest, st, 4);
-  r->size = (uint64_t)sqlite3_column_int64(st, 5);
-  kiln_sql_text(r->toolchain, sizeof r->toolchain, st, 6);
-  kiln_sql_text(r->options, sizeof r->options, st, 7);
-  r->build_ms = sqlite3_column_double(st, 8);
-  r->registers = sqlite3_column_int(st, 9);
-  r->spill_stores = sqlite3_column_int(st, 10);
-  r->spill_loads = sqlite3_column_int(st, 11);
-  r->shared_bytes = sqlite3_column_int(st, 12);
-  r->stack_bytes = sqlite3_column_int(st, 13);
-  kiln_sql_text(r->log_digest, sizeof r->log_digest, st, 14);
-  r->created = sqlite3_column_int64(st, 15);
-  r->last_used = sqlite3_column_int64(st, 16);
+  int col = 0;
+  KILN_RECORD_FIELDS(FROM_COLUMN, )
   r->layer = layer;
 }
 
+#define TO_ARG_TEXT(v) SQL_TEXT(v)
+#define TO_ARG_U64(v) SQL_INT((int64_t)(v))
+#define TO_ARG_INT(v) SQL_INT(v)
+#define TO_ARG_INT64(v) SQL_INT(v)
+#define TO_ARG_DOUBLE(v) SQL_REAL(v)
+#define TO_ARG(field, type, column, decl, json, canon, wire) TO_ARG_##type(r->field),
+#define PLACEHOLDER(field, type, column, decl, json, canon, wire) "?"
+
 kiln_status kiln_record_store_row(sqlite3 *db, const kiln_record *r) {
   static const char *sql = "INSERT OR REPLACE INTO records(" KILN_RECORD_COLUMNS
-                           ") VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17)";
-  return kiln_sql_run(db, sql,
-                      SQL_ARGS(SQL_TEXT(r->key), SQL_TEXT(r->unit), SQL_TEXT(r->target),
-                               SQL_TEXT(r->kind), SQL_TEXT(r->digest), SQL_INT((int64_t)r->size),
-                               SQL_TEXT(r->toolchain), SQL_TEXT(r->options), SQL_REAL(r->build_ms),
-                               SQL_INT(r->registers), SQL_INT(r->spill_stores),
-                               SQL_INT(r->spill_loads), SQL_INT(r->shared_bytes),
-                               SQL_INT(r->stack_bytes), SQL_TEXT(r->log_digest),
-                               SQL_INT(r->created), SQL_INT(r->last_used)),
-                      "store record");
+                           ") VALUES(" KILN_RECORD_FIELDS(PLACEHOLDER, ",") ")";
+  const kiln_sql_arg args[] = {KILN_RECORD_FIELDS(TO_ARG, )};
+  return kiln_sql_run(db, sql, args, sizeof args / sizeof args[0], "store record");
 }
 
 kiln_status kiln_record_push(kiln_record **v, size_t *n, size_t *cap, const kiln_record *r) {

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/record_fields.h"
 #include "cache/remote.h"
 #include "common/digest.h"
 #include "common/error.h"
@@ -18,6 +19,7 @@
 #define DOC_MAX (64 * 1024)
 #define SIZE_MAX_BLOB (1ull << 30)
 #define SIG_PREFIX "hmac-sha256:"
+#define CANON_MAX 4096
 
 /* Strings go into the canonical text raw: no control characters, so one
  * line is one field. */
@@ -31,30 +33,74 @@ static double round_ms(double ms) {
   return round(ms * 1000.0) / 1000.0;
 }
 
+/* ---- canonical text: "kiln-record-v1\n", then "<json name>=<value>\n" for
+ * each signed field in its canon order (cache/record_fields.def) ---- */
+
+#define CANON_FORMAT_TEXT "%s"
+#define CANON_FORMAT_U64 "%" PRIu64
+#define CANON_FORMAT_INT "%d"
+#define CANON_FORMAT_INT64 "%" PRId64
+#define CANON_FORMAT_DOUBLE "%.3f"
+#define CANON_VALUE_TEXT(v) (v)
+#define CANON_VALUE_U64(v) (v)
+#define CANON_VALUE_INT(v) (v)
+#define CANON_VALUE_INT64(v) (v)
+#define CANON_VALUE_DOUBLE(v) round_ms(v)
+#define CANON_LINE(field, type, column, decl, json, canon, wire)                                   \
+  if ((canon) == line)                                                                             \
+    return snprintf(buf, cap, json "=" CANON_FORMAT_##type "\n", CANON_VALUE_##type(r->field));
+
+/* Prints canonical line `line` (1..KILN_RECORD_CANON_LINES) of r; snprintf's
+ * result, or -1 when no row has that line. */
+static int canon_line(char *buf, size_t cap, const kiln_record *r, int line) {
+  KILN_RECORD_FIELDS(CANON_LINE, )
+  return -1;
+}
+
+#define CLEAN_TEXT(v) ok = ok && clean(v);
+#define CLEAN_U64(v)
+#define CLEAN_INT(v)
+#define CLEAN_INT64(v)
+#define CLEAN_DOUBLE(v)
+#define CLEAN_FIELD(field, type, column, decl, json, canon, wire)                                  \
+  if (canon) {                                                                                     \
+    CLEAN_##type(r->field)                                                                         \
+  }
+
+/* 1 when no signed string holds a control character. */
+static int canon_clean(const kiln_record *r) {
+  int ok = 1;
+  KILN_RECORD_FIELDS(CLEAN_FIELD, )
+  return ok;
+}
+
 kiln_status kiln_remote_record_canonical(const kiln_record *r, char **out, size_t *len) {
-  const char *strs[] = {r->key,    r->unit,      r->target,  r->kind,
-                        r->digest, r->toolchain, r->options, r->log_digest};
-  char *buf;
+  char *buf = NULL;
+  kiln_status rc = KILN_OK;
   int n;
-  for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
-    if (!clean(strs[i]))
-      return kiln_fail(KILN_EINVAL, "record %.12s...: a field holds a control character", r->key);
-  buf = malloc(4096);
+  if (!canon_clean(r))
+    return kiln_fail(KILN_EINVAL, "record %.12s...: a field holds a control character", r->key);
+  buf = malloc(CANON_MAX);
   if (!buf) return kiln_fail(KILN_ENOMEM, "out of memory");
-  n = snprintf(buf, 4096,
-               "kiln-record-v1\nkey=%s\nunit=%s\ntarget=%s\nkind=%s\ndigest=%s\nsize=%" PRIu64
-               "\ntoolchain=%s\noptions=%s\nbuild_ms=%.3f\nregisters=%d\nspill_stores=%d\n"
-               "spill_loads=%d\nshared_bytes=%d\nstack_bytes=%d\nlog_digest=%s\n",
-               r->key, r->unit, r->target, r->kind, r->digest, r->size, r->toolchain, r->options,
-               round_ms(r->build_ms), r->registers, r->spill_stores, r->spill_loads,
-               r->shared_bytes, r->stack_bytes, r->log_digest);
-  if (n < 0 || n >= 4096) {
-    free(buf);
-    return kiln_fail(KILN_EINVAL, "record %.12s...: too long", r->key);
+  n = snprintf(buf, CANON_MAX, "kiln-record-v1\n");
+  for (int line = 1; line <= KILN_RECORD_CANON_LINES && n < CANON_MAX; line++) {
+    int k = canon_line(buf + n, CANON_MAX - (size_t)n, r, line);
+    if (k < 0) {
+      rc = kiln_fail(KILN_EINTERNAL, "record_fields.def: no field on canonical line %d", line);
+      goto out;
+    }
+    n += k;
+  }
+  if (n >= CANON_MAX) {
+    rc = kiln_fail(KILN_EINVAL, "record %.12s...: too long", r->key);
+    goto out;
   }
   *out = buf;
+  buf = NULL;
   if (len) *len = (size_t)n;
-  return KILN_OK;
+out:
+  free(buf);
+  return rc;
 }
 
 static kiln_status sign(char out[65], const kiln_record *r, const uint8_t *key, size_t key_len) {
@@ -68,9 +114,33 @@ out:
   return rc;
 }
 
+/* ---- the document ---- */
+
 /* 1 when v could not be set (not UTF-8, or out of memory). */
 static int set_str(json_t *o, const char *name, const char *v) {
   return json_object_set_new(o, name, json_string(v)) != 0;
+}
+
+/* Never 1: a number is always valid; out of memory, the document lacks it
+ * and every reader rejects it. */
+static int set_num(json_t *o, const char *name, json_t *v) {
+  json_object_set_new(o, name, v);
+  return 0;
+}
+
+#define SET_TEXT(name, v) set_str(o, name, v)
+#define SET_U64(name, v) set_num(o, name, json_integer((json_int_t)(v)))
+#define SET_INT(name, v) set_num(o, name, json_integer(v))
+#define SET_INT64(name, v) set_num(o, name, json_integer((json_int_t)(v)))
+#define SET_DOUBLE(name, v) set_num(o, name, json_real(round_ms(v)))
+#define SET_FIELD(field, type, column, decl, json, canon, wire)                                    \
+  if (json[0]) bad |= SET_##type(json, r->field);
+
+/* Sets every published field of r on o; 1 when one could not be set. */
+static int set_fields(json_t *o, const kiln_record *r) {
+  int bad = 0;
+  KILN_RECORD_FIELDS(SET_FIELD, )
+  return bad;
 }
 
 kiln_status kiln_remote_record_encode(const kiln_record *r, const uint8_t *key, size_t key_len,
@@ -83,21 +153,7 @@ kiln_status kiln_remote_record_encode(const kiln_record *r, const uint8_t *key, 
   o = json_object();
   if (!o) return kiln_fail(KILN_ENOMEM, "out of memory");
   bad |= set_str(o, "schema", SCHEMA);
-  bad |= set_str(o, "key", r->key);
-  bad |= set_str(o, "unit", r->unit);
-  bad |= set_str(o, "target", r->target);
-  bad |= set_str(o, "kind", r->kind);
-  bad |= set_str(o, "digest", r->digest);
-  json_object_set_new(o, "size", json_integer((json_int_t)r->size));
-  bad |= set_str(o, "toolchain", r->toolchain);
-  bad |= set_str(o, "options", r->options);
-  json_object_set_new(o, "build_ms", json_real(round_ms(r->build_ms)));
-  json_object_set_new(o, "registers", json_integer(r->registers));
-  json_object_set_new(o, "spill_stores", json_integer(r->spill_stores));
-  json_object_set_new(o, "spill_loads", json_integer(r->spill_loads));
-  json_object_set_new(o, "shared_bytes", json_integer(r->shared_bytes));
-  json_object_set_new(o, "stack_bytes", json_integer(r->stack_bytes));
-  bad |= set_str(o, "log_digest", r->log_digest);
+  bad |= set_fields(o, r);
   if (bad) { /* jansson takes only UTF-8: e.g. KILN_NVRTC_OPTIONS with other bytes */
     rc = kiln_fail(KILN_EINVAL, "record %.12s...: a field is not valid UTF-8", r->key);
     goto out;
@@ -168,6 +224,64 @@ static kiln_status get_int(json_t *o, const char *name, long long lo, long long 
   return KILN_OK;
 }
 
+static kiln_status get_u64(json_t *o, const char *name, uint64_t *dst, const char *key) {
+  long long x;
+  /* the one U64 field is a blob's size */
+  kiln_status rc = get_int(o, name, 0, (long long)SIZE_MAX_BLOB, &x, key);
+  if (rc == KILN_OK) *dst = (uint64_t)x;
+  return rc;
+}
+
+static kiln_status get_i32(json_t *o, const char *name, int *dst, const char *key) {
+  long long x;
+  /* resources: -1 is "unknown" */
+  kiln_status rc = get_int(o, name, -1, INT32_MAX, &x, key);
+  if (rc == KILN_OK) *dst = (int)x;
+  return rc;
+}
+
+static kiln_status get_i64(json_t *o, const char *name, int64_t *dst, const char *key) {
+  long long x;
+  kiln_status rc = get_int(o, name, INT64_MIN, INT64_MAX, &x, key);
+  if (rc == KILN_OK) *dst = (int64_t)x;
+  return rc;
+}
+
+/* The one DOUBLE field is a duration in milliseconds, kept to 3 decimals. */
+static kiln_status get_ms(json_t *o, const char *name, double *dst, const char *key) {
+  json_t *v = json_object_get(o, name);
+  char what[128];
+  if (!json_is_number(v) || !(json_number_value(v) >= 0) || json_number_value(v) > 1e12) {
+    snprintf(what, sizeof what, "\"%s\" is missing or not a non-negative number", name);
+    return bad(key, what);
+  }
+  *dst = round_ms(json_number_value(v));
+  return KILN_OK;
+}
+
+#define GET_TEXT(name, dst) get_str(o, name, dst, sizeof dst, wk)
+#define GET_U64(name, dst) get_u64(o, name, &(dst), wk)
+#define GET_INT(name, dst) get_i32(o, name, &(dst), wk)
+#define GET_INT64(name, dst) get_i64(o, name, &(dst), wk)
+#define GET_DOUBLE(name, dst) get_ms(o, name, &(dst), wk)
+#define GET_FIELD(field, type, column, decl, json, canon, wire)                                    \
+  if (json[0] && KILN_FIELD_##type == pass) KILN_CHECK(GET_##type(json, r->field));
+
+/* Reads every published field into r. Strings first, then the numbers class
+ * by class: the order decides which error a document with several bad
+ * fields reports, and it is the order kiln always had. */
+static kiln_status get_fields(json_t *o, kiln_record *r, const char *wk) {
+  static const kiln_field_type order[] = {KILN_FIELD_TEXT, KILN_FIELD_U64, KILN_FIELD_INT,
+                                          KILN_FIELD_INT64, KILN_FIELD_DOUBLE};
+  kiln_status rc = KILN_OK;
+  for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+    kiln_field_type pass = order[i];
+    KILN_RECORD_FIELDS(GET_FIELD, )
+  }
+out:
+  return rc;
+}
+
 static int is_digest_or_empty(const char *s) {
   return !*s || kiln_is_hex64(s);
 }
@@ -206,12 +320,8 @@ static kiln_status check_signature(json_t *o, const kiln_record *r, const uint8_
 
 kiln_status kiln_remote_record_decode(const char *doc, size_t len, const char *want_key,
                                       const uint8_t *key, size_t key_len, kiln_record *r) {
-  static const char *const ints[] = {"registers", "spill_stores", "spill_loads", "shared_bytes",
-                                     "stack_bytes"};
-  int *int_dst[5];
   json_t *o = NULL, *v;
   json_error_t err;
-  long long x;
   kiln_status rc = KILN_OK;
   const char *wk = want_key ? want_key : "";
   if (!doc || !r) return kiln_fail(KILN_EINVAL, "kiln_remote_record_decode: NULL argument");
@@ -232,31 +342,7 @@ kiln_status kiln_remote_record_decode(const char *doc, size_t len, const char *w
     rc = bad(wk, "\"schema\" is not \"" SCHEMA "\"");
     goto out;
   }
-  KILN_CHECK(get_str(o, "key", r->key, sizeof r->key, wk));
-  KILN_CHECK(get_str(o, "unit", r->unit, sizeof r->unit, wk));
-  KILN_CHECK(get_str(o, "target", r->target, sizeof r->target, wk));
-  KILN_CHECK(get_str(o, "kind", r->kind, sizeof r->kind, wk));
-  KILN_CHECK(get_str(o, "digest", r->digest, sizeof r->digest, wk));
-  KILN_CHECK(get_str(o, "toolchain", r->toolchain, sizeof r->toolchain, wk));
-  KILN_CHECK(get_str(o, "options", r->options, sizeof r->options, wk));
-  KILN_CHECK(get_str(o, "log_digest", r->log_digest, sizeof r->log_digest, wk));
-  KILN_CHECK(get_int(o, "size", 0, (long long)SIZE_MAX_BLOB, &x, wk));
-  r->size = (uint64_t)x;
-  int_dst[0] = &r->registers;
-  int_dst[1] = &r->spill_stores;
-  int_dst[2] = &r->spill_loads;
-  int_dst[3] = &r->shared_bytes;
-  int_dst[4] = &r->stack_bytes;
-  for (int i = 0; i < 5; i++) {
-    KILN_CHECK(get_int(o, ints[i], -1, INT32_MAX, &x, wk));
-    *int_dst[i] = (int)x;
-  }
-  v = json_object_get(o, "build_ms");
-  if (!json_is_number(v) || !(json_number_value(v) >= 0) || json_number_value(v) > 1e12) {
-    rc = bad(wk, "\"build_ms\" is missing or not a non-negative number");
-    goto out;
-  }
-  r->build_ms = round_ms(json_number_value(v));
+  KILN_CHECK(get_fields(o, r, wk));
   if (!kiln_is_hex64(r->key) || !kiln_is_hex64(r->digest) || !is_digest_or_empty(r->log_digest)) {
     rc = bad(wk, "\"key\", \"digest\" or \"log_digest\" is not 64 lowercase hex digits");
     goto out;

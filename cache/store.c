@@ -17,13 +17,13 @@
 #include "common/params.h"
 #include "kiln/version.h"
 
-static const char *schema_sql =
-    "CREATE TABLE IF NOT EXISTS records("
-    " key TEXT PRIMARY KEY, unit TEXT NOT NULL, target TEXT NOT NULL, kind TEXT NOT NULL,"
-    " digest TEXT NOT NULL, size INTEGER NOT NULL, toolchain TEXT NOT NULL, options TEXT NOT NULL,"
-    " build_ms REAL, registers INTEGER, spill_stores INTEGER, spill_loads INTEGER,"
-    " shared_bytes INTEGER, stack_bytes INTEGER, log_digest TEXT,"
-    " created INTEGER NOT NULL, last_used INTEGER NOT NULL);"
+/* " key TEXT PRIMARY KEY, unit TEXT NOT NULL, ...": byte for byte the text
+ * schema 1 wrote, which sqlite keeps in every cache's sqlite_master. */
+#define COLUMN_DECL(field, type, column, decl, json, canon, wire) " " column " " decl
+#define RECORDS_TABLE                                                                              \
+  "CREATE TABLE IF NOT EXISTS records(" KILN_RECORD_FIELDS(COLUMN_DECL, ",") ");"
+
+static const char *schema_sql = RECORDS_TABLE
     "CREATE INDEX IF NOT EXISTS records_digest ON records(digest);"
     "CREATE INDEX IF NOT EXISTS records_last_used ON records(last_used);"
     "CREATE TABLE IF NOT EXISTS failures("

@@ -5,7 +5,8 @@
 #include <pthread.h>
 #include <sqlite3.h>
 
-#include "cache/sql.h" /* kiln_sql_*, SQL_CHECK */
+#include "cache/record_fields.h" /* KILN_RECORD_COLUMNS */
+#include "cache/sql.h"           /* kiln_sql_*, SQL_CHECK */
 #include "kiln/cache.h"
 
 #define KILN_MAX_LAYERS 16
@@ -67,9 +68,6 @@ kiln_status kiln_blob_quarantine(kiln_cache *c, const char *digest, const char *
 
 /* Fills rec from a row of "SELECT " KILN_RECORD_COLUMNS (cache/record_row.c). */
 void kiln_record_from_row(kiln_record *rec, sqlite3_stmt *st, int layer);
-#define KILN_RECORD_COLUMNS                                                                        \
-  "key, unit, target, kind, digest, size, toolchain, options, build_ms, registers, "              \
-  "spill_stores, spill_loads, shared_bytes, stack_bytes, log_digest, created, last_used"
 /* INSERT OR REPLACE of rec's row into the records table of db, as it is. */
 kiln_status kiln_record_store_row(sqlite3 *db, const kiln_record *rec);
 /* Appends a copy of rec to the growable array *v (*n used, *cap allocated). */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/record_fields.h"
 #include "common/digest.h"
 #include "common/error.h"
 #include "common/params.h"
@@ -166,26 +167,31 @@ kiln_status kiln_frame_decode(coord_frame *f, const uint8_t in[COORD_FRAME_BYTES
   return KILN_OK;
 }
 
+/* The header carries the record's wire rows (cache/record_fields.def) in row
+ * order, each as its member's bytes, from offset 12 up to log_size at 554
+ * (docs/coordination.md): a row that changes them changes the wire. */
+#define WIRE_BYTES(field, type, column, decl, json, canon, wire)                                   \
+  +(wire) * sizeof(((kiln_record *)0)->field)
+_Static_assert(0 KILN_RECORD_FIELDS(WIRE_BYTES, ) == 554 - 12,
+               "the artifact header's record fields moved: bump WIRE_VERSION and the docs");
+
+#define WIRE_PUT(field, type, column, decl, json, canon, wire)                                     \
+  if (wire) PUT(&c, r->field);
+#define WIRE_GET_TEXT GETS
+#define WIRE_GET_U64 GET
+#define WIRE_GET_INT GET
+#define WIRE_GET_INT64 GET
+#define WIRE_GET_DOUBLE GET
+#define WIRE_GET(field, type, column, decl, json, canon, wire)                                     \
+  if (wire) WIRE_GET_##type(&c, r->field);
+
 void kiln_header_encode(const coord_header *h, uint8_t out[COORD_HEADER_BYTES]) {
   cursor c = {out, NULL, 0, COORD_HEADER_BYTES};
   const kiln_record *r = &h->rec;
   memset(out, 0, COORD_HEADER_BYTES);
   put(&c, HEADER_MAGIC, 8);
   PUT(&c, h->status);
-  PUT(&c, r->key);
-  PUT(&c, r->unit);
-  PUT(&c, r->target);
-  PUT(&c, r->kind);
-  PUT(&c, r->digest);
-  PUT(&c, r->size);
-  PUT(&c, r->toolchain);
-  PUT(&c, r->options);
-  PUT(&c, r->build_ms);
-  PUT(&c, r->registers);
-  PUT(&c, r->spill_stores);
-  PUT(&c, r->spill_loads);
-  PUT(&c, r->shared_bytes);
-  PUT(&c, r->stack_bytes);
+  KILN_RECORD_FIELDS(WIRE_PUT, )
   PUT(&c, h->log_size);
   PUT(&c, h->message);
 }
@@ -198,20 +204,7 @@ kiln_status kiln_header_decode(coord_header *h, const uint8_t in[COORD_HEADER_BY
     return kiln_fail(KILN_ECORRUPT, "coordination: an artifact header from the root is not one "
                                     "(ranks out of step?)");
   GET(&c, h->status);
-  GETS(&c, r->key);
-  GETS(&c, r->unit);
-  GETS(&c, r->target);
-  GETS(&c, r->kind);
-  GETS(&c, r->digest);
-  GET(&c, r->size);
-  GETS(&c, r->toolchain);
-  GETS(&c, r->options);
-  GET(&c, r->build_ms);
-  GET(&c, r->registers);
-  GET(&c, r->spill_stores);
-  GET(&c, r->spill_loads);
-  GET(&c, r->shared_bytes);
-  GET(&c, r->stack_bytes);
+  KILN_RECORD_FIELDS(WIRE_GET, )
   GET(&c, h->log_size);
   GETS(&c, h->message);
   if (c.at > COORD_HEADER_BYTES) return kiln_fail(KILN_EINTERNAL, "coordination: header overflow");

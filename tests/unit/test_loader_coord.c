@@ -100,6 +100,62 @@ static void test_headers_round_trip(void **state) {
   assert_int_equal(kiln_header_decode(&g, wire), KILN_ECORRUPT);
 }
 
+/* The artifact header's fields sit at the offsets docs/coordination.md gives
+ * (the header is generated from cache/record_fields.def). */
+static void test_header_offsets_are_the_documented_ones(void **state) {
+  static const struct {
+    size_t at;
+    int32_t v;
+  } ints[] = {{8, -3}, {534, 40}, {538, 5}, {542, 6}, {546, 256}, {550, 16}};
+  coord_header h;
+  uint8_t wire[COORD_HEADER_BYTES];
+  uint64_t u;
+  double d;
+  int32_t i32;
+  (void)state;
+  memset(&h, 0, sizeof h);
+  h.status = -3;
+  snprintf(h.rec.key, sizeof h.rec.key, "%064d", 7);
+  snprintf(h.rec.unit, sizeof h.rec.unit, "embedding");
+  snprintf(h.rec.target, sizeof h.rec.target, "sm_90");
+  snprintf(h.rec.kind, sizeof h.rec.kind, "cubin");
+  snprintf(h.rec.digest, sizeof h.rec.digest, "%064d", 9);
+  snprintf(h.rec.toolchain, sizeof h.rec.toolchain, "nvrtc-13.0");
+  snprintf(h.rec.options, sizeof h.rec.options, "-std=c++17");
+  snprintf(h.rec.log_digest, sizeof h.rec.log_digest, "%064d", 1); /* not on the wire */
+  h.rec.size = 1234567;
+  h.rec.build_ms = 1500.25;
+  h.rec.registers = 40;
+  h.rec.spill_stores = 5;
+  h.rec.spill_loads = 6;
+  h.rec.shared_bytes = 256;
+  h.rec.stack_bytes = 16;
+  h.log_size = 99;
+  snprintf(h.message, sizeof h.message, "why");
+  kiln_header_encode(&h, wire);
+  assert_memory_equal(wire, "kilnart1", 8);
+  assert_string_equal((const char *)wire + 12, h.rec.key);
+  assert_string_equal((const char *)wire + 77, "embedding");
+  assert_string_equal((const char *)wire + 141, "sm_90");
+  assert_string_equal((const char *)wire + 157, "cubin");
+  assert_string_equal((const char *)wire + 165, h.rec.digest);
+  memcpy(&u, wire + 230, 8);
+  assert_true(u == 1234567);
+  assert_string_equal((const char *)wire + 238, "nvrtc-13.0");
+  assert_string_equal((const char *)wire + 270, "-std=c++17");
+  memcpy(&d, wire + 526, 8);
+  assert_true(d == 1500.25);
+  for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) {
+    memcpy(&i32, wire + ints[k].at, 4);
+    assert_int_equal(i32, ints[k].v);
+  }
+  memcpy(&u, wire + 554, 8);
+  assert_true(u == 99);
+  assert_string_equal((const char *)wire + 562, "why");
+  for (size_t k = 818; k < COORD_HEADER_BYTES; k++)
+    assert_int_equal(wire[k], 0);
+}
+
 static void test_fingerprints_depend_on_content_and_order(void **state) {
   uint8_t a[COORD_FP_BYTES], b[COORD_FP_BYTES], c[COORD_FP_BYTES], d[COORD_FP_BYTES];
   kiln_fp_builder *fb;
@@ -355,6 +411,7 @@ int main(void) {
       cmocka_unit_test(test_target_codes_round_trip),
       cmocka_unit_test(test_frames_round_trip_and_refuse_garbage),
       cmocka_unit_test(test_headers_round_trip),
+      cmocka_unit_test(test_header_offsets_are_the_documented_ones),
       cmocka_unit_test(test_fingerprints_depend_on_content_and_order),
       cmocka_unit_test(test_bad_communicators_are_refused),
       cmocka_unit_test(test_host_comm_builds_once_and_every_rank_gets_it),
