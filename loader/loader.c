@@ -1,5 +1,6 @@
-/* The loader's lifetime: open on a device or the current context, close,
- * entry-point lookup, and what it loaded. */
+/* The loader's lifetime and its public entry points: open on a device or
+ * the current context, close, resolve and warm up units, entry-point lookup
+ * (resolving on first use), and what it loaded. */
 #include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,24 +11,6 @@
 #include "common/params.h"
 #include "kiln/build.h"
 #include "loader/loader_internal.h"
-
-kiln_status kiln_ctx_enter(kiln_loader *l, int *pushed) {
-  CUcontext cur = NULL;
-  kiln_status rc = KILN_OK;
-  *pushed = 0;
-  CU_CHECK(l->cu->CtxGetCurrent(&cur), "cuCtxGetCurrent");
-  if (cur != l->ctx) {
-    CU_CHECK(l->cu->CtxPushCurrent(l->ctx), "cuCtxPushCurrent");
-    *pushed = 1;
-  }
-out:
-  return rc;
-}
-
-void kiln_ctx_leave(kiln_loader *l, int pushed) {
-  CUcontext popped;
-  if (pushed) l->cu->CtxPopCurrent(&popped);
-}
 
 static kiln_status bind_context(kiln_loader *l, int device) {
   kiln_status rc = KILN_OK;
@@ -123,19 +106,6 @@ out:
   return rc;
 }
 
-void kiln_unload_locked(kiln_loader *l, size_t u) {
-  kiln_unit_slot *s = &l->units[u];
-  int pushed = 0;
-  if (!s->module) return;
-  for (size_t e = 0; e < s->unit->n_entries; e++) __atomic_store_n(&s->fns[e], NULL, __ATOMIC_RELEASE);
-  if (kiln_ctx_enter(l, &pushed) == KILN_OK) {
-    l->cu->ModuleUnload(s->module);
-    kiln_ctx_leave(l, pushed);
-  }
-  s->module = NULL;
-  memset(&s->load, 0, sizeof s->load);
-}
-
 void kiln_loader_close(kiln_loader *l) {
   if (!l) return;
   if (l->units) {
@@ -214,31 +184,15 @@ kiln_status kiln_loader_warmup(kiln_loader *l, const kiln_comm *comm) {
 }
 
 kiln_status kiln_loader_entry(kiln_loader *l, size_t u, size_t e, CUfunction *out) {
-  kiln_unit_slot *s = &l->units[u];
-  kiln_status rc = KILN_OK;
-  CUfunction f = __atomic_load_n(&s->fns[e], __ATOMIC_ACQUIRE);
-  int pushed = 0;
+  kiln_status rc;
+  CUfunction f = __atomic_load_n(&l->units[u].fns[e], __ATOMIC_ACQUIRE);
   if (f) {
     *out = f;
     return KILN_OK;
   }
   pthread_mutex_lock(&l->lock);
   KILN_CHECK(kiln_resolve_locked(l, u));
-  f = s->fns[e];
-  if (!f) {
-    KILN_CHECK(kiln_ctx_enter(l, &pushed));
-    CUresult r = l->cu->ModuleGetFunction(&f, s->module, s->unit->entries[e].name);
-    kiln_ctx_leave(l, pushed);
-    if (r != CUDA_SUCCESS) {
-      char what[192];
-      snprintf(what, sizeof what, "cuModuleGetFunction(%s) in %s %s", s->unit->entries[e].name,
-               s->unit->name, s->load.target);
-      rc = kiln_cuda_fail(r, what);
-      goto out;
-    }
-    __atomic_store_n(&s->fns[e], f, __ATOMIC_RELEASE);
-  }
-  *out = f;
+  rc = kiln_module_function_locked(l, u, e, out);
 out:
   pthread_mutex_unlock(&l->lock);
   return rc;
@@ -272,14 +226,4 @@ kiln_status kiln_loader_unit_load(kiln_unit_load *out, kiln_loader *l, const cha
   if (rc != KILN_OK) rc = kiln_fail(rc, "%s is not loaded", unit);
 out:
   return rc;
-}
-
-const char *kiln_load_source_str(kiln_load_source s) {
-  switch (s) {
-  case KILN_LOAD_EXACT: return "exact CUBIN";
-  case KILN_LOAD_COMPATIBLE: return "compatible CUBIN";
-  case KILN_LOAD_PTX: return "PTX JIT";
-  case KILN_LOAD_BUILT: return "built";
-  default: return "not loaded";
-  }
 }

@@ -1,0 +1,160 @@
+/* Modules: the context a driver call runs in, one cached record loaded into
+ * a unit's slot, an entry point looked up in a loaded module, a unit
+ * unloaded. The bottom of the loader's files: it calls the driver and the
+ * cache, no other loader file (the layering is in loader_internal.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/error.h"
+#include "common/logging.h"
+#include "loader/loader_internal.h"
+
+kiln_status kiln_ctx_enter(kiln_loader *l, int *pushed) {
+  CUcontext cur = NULL;
+  kiln_status rc = KILN_OK;
+  *pushed = 0;
+  CU_CHECK(l->cu->CtxGetCurrent(&cur), "cuCtxGetCurrent");
+  if (cur != l->ctx) {
+    CU_CHECK(l->cu->CtxPushCurrent(l->ctx), "cuCtxPushCurrent");
+    *pushed = 1;
+  }
+out:
+  return rc;
+}
+
+void kiln_ctx_leave(kiln_loader *l, int pushed) {
+  CUcontext popped;
+  if (pushed) l->cu->CtxPopCurrent(&popped);
+}
+
+/* The driver refused the bytes themselves: such a blob is quarantined.
+ * NO_BINARY_FOR_GPU, UNSUPPORTED_PTX_VERSION and INVALID_PTX say this device
+ * or driver cannot use it (sound bytes, wrong place): the next candidate is
+ * tried and the blob stays for the machines that can. */
+static int image_is_bad(CUresult r) {
+  return r == CUDA_ERROR_INVALID_IMAGE;
+}
+
+/* ".version A.B" of a PTX text, x10; 0 if absent. */
+static int ptx_version(const char *ptx) {
+  const char *p = strstr(ptx, "\n.version ");
+  int a = 0, b = 0;
+  if (!p || sscanf(p + 10, "%d.%d", &a, &b) != 2) return 0;
+  return a * 10 + b;
+}
+
+kiln_module_attempt kiln_module_load(kiln_loader *l, kiln_unit_slot *s, const kiln_record *want,
+                                     kiln_load_source src, char *err, size_t err_cap) {
+  kiln_record rec;
+  uint8_t *blob = NULL;
+  size_t size = 0;
+  CUmodule mod = NULL;
+  CUresult r = CUDA_SUCCESS;
+  kiln_module_attempt a = KILN_MODULE_SKIPPED;
+  int pushed = 0;
+  double t0 = kiln_clock_ms();
+  if (kiln_cache_get(&rec, &blob, &size, l->cache, want->key) != KILN_OK) {
+    snprintf(err, err_cap, "%s: %s", want->target, kiln_last_error());
+    goto out;
+  }
+  if (strcmp(rec.kind, "ptx") == 0) {
+    uint8_t *z = realloc(blob, size + 1); /* the driver reads PTX up to a NUL */
+    int isa;
+    if (!z) goto out;
+    blob = z;
+    blob[size] = '\0';
+    isa = ptx_version((const char *)blob);
+    if (isa > l->info.ptx_isa) {
+      snprintf(err, err_cap, "%s: PTX ISA %d.%d is newer than the driver accepts (%d.%d)",
+               rec.target, isa / 10, isa % 10, l->info.ptx_isa / 10, l->info.ptx_isa % 10);
+      goto out;
+    }
+  }
+  if (kiln_ctx_enter(l, &pushed) != KILN_OK) {
+    snprintf(err, err_cap, "%s", kiln_last_error());
+    goto out;
+  }
+  r = l->cu->ModuleLoadDataEx(&mod, blob, 0, NULL, NULL);
+  kiln_ctx_leave(l, pushed);
+  if (r != CUDA_SUCCESS) {
+    const char *text = NULL;
+    l->cu->GetErrorString(r, &text);
+    snprintf(err, err_cap, "%s (%.12s): the driver refused it: %s (%s)", rec.target, rec.digest,
+             kiln_cuda_error_name(r), text ? text : "?");
+    if (!image_is_bad(r)) goto out;
+    a = KILN_MODULE_REJECTED;
+    if (rec.layer == 0) {
+      kiln_log(KILN_LOG_WARN, "%s %s: %s; quarantined", s->unit->name, rec.target, err);
+      if (kiln_cache_quarantine(l->cache, rec.digest, err) != KILN_OK)
+        kiln_log(KILN_LOG_WARN, "%s", kiln_last_error());
+    } else {
+      kiln_log(KILN_LOG_WARN, "%s %s in read-only layer %d: %s; skipped", s->unit->name,
+               rec.target, rec.layer, err);
+    }
+    goto out;
+  }
+  s->module = mod;
+  memset(&s->load, 0, sizeof s->load);
+  snprintf(s->load.unit, sizeof s->load.unit, "%s", s->unit->name);
+  s->load.source = src;
+  snprintf(s->load.target, sizeof s->load.target, "%s", rec.target);
+  snprintf(s->load.digest, sizeof s->load.digest, "%s", rec.digest);
+  s->load.layer = rec.layer;
+  s->load.ms = kiln_clock_ms() - t0;
+  if (src != KILN_LOAD_EXACT)
+    kiln_log(KILN_LOG_INFO, "%s: loaded %s %s on sm_%d%s", s->unit->name,
+             kiln_load_source_str(src), rec.target, l->cc,
+             src == KILN_LOAD_BUILT ? "" : " (no CUBIN for exactly this arch is cached)");
+  a = KILN_MODULE_LOADED;
+out:
+  free(blob);
+  return a;
+}
+
+kiln_status kiln_module_function_locked(kiln_loader *l, size_t u, size_t e, CUfunction *out) {
+  kiln_unit_slot *s = &l->units[u];
+  kiln_status rc = KILN_OK;
+  CUfunction f = s->fns[e];
+  int pushed = 0;
+  if (!f) {
+    KILN_CHECK(kiln_ctx_enter(l, &pushed));
+    CUresult r = l->cu->ModuleGetFunction(&f, s->module, s->unit->entries[e].name);
+    kiln_ctx_leave(l, pushed);
+    if (r != CUDA_SUCCESS) {
+      char what[192];
+      snprintf(what, sizeof what, "cuModuleGetFunction(%s) in %s %s", s->unit->entries[e].name,
+               s->unit->name, s->load.target);
+      rc = kiln_cuda_fail(r, what);
+      goto out;
+    }
+    __atomic_store_n(&s->fns[e], f, __ATOMIC_RELEASE);
+  }
+  *out = f;
+out:
+  return rc;
+}
+
+void kiln_unload_locked(kiln_loader *l, size_t u) {
+  kiln_unit_slot *s = &l->units[u];
+  int pushed = 0;
+  if (!s->module) return;
+  for (size_t e = 0; e < s->unit->n_entries; e++) __atomic_store_n(&s->fns[e], NULL, __ATOMIC_RELEASE);
+  if (kiln_ctx_enter(l, &pushed) == KILN_OK) {
+    l->cu->ModuleUnload(s->module);
+    kiln_ctx_leave(l, pushed);
+  }
+  s->module = NULL;
+  memset(&s->load, 0, sizeof s->load);
+}
+
+const char *kiln_load_source_str(kiln_load_source s) {
+  switch (s) {
+  case KILN_LOAD_EXACT: return "exact CUBIN";
+  case KILN_LOAD_COMPATIBLE: return "compatible CUBIN";
+  case KILN_LOAD_PTX: return "PTX JIT";
+  case KILN_LOAD_BUILT: return "built";
+  default: return "not loaded";
+  }
+}
