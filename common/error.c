@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "common/logging.h"
-#include "kiln/comm.h"
 
 /* Room for a build log's tail (a compile error reaches every rank whole). */
 static _Thread_local char last_error[4096];
@@ -53,15 +52,6 @@ kiln_status kiln_fail(kiln_status st, const char *fmt, ...) {
   va_end(ap);
   kiln_log(KILN_LOG_DEBUG, "%s: %s", kiln_status_str(st), last_error);
   return st;
-}
-
-KILN_API kiln_status kiln_comm_error(kiln_status st, const char *fmt, ...) {
-  char line[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  if (vsnprintf(line, sizeof line, fmt, ap) < 0) line[0] = '\0';
-  va_end(ap);
-  return kiln_fail(st, "%s", line);
 }
 
 kiln_status kiln_fail_errno(kiln_status st, int err, const char *fmt, ...) {

@@ -19,6 +19,7 @@
  *   select.c          which records a device can load, best first
  *   coord_single.c, coord_nccl.c   transports
  *   driver.c          libcuda's function table, device facts
+ *   comm.c            kiln_comm_error, for any transport (calls common/ only)
  */
 #ifndef KILN_LOADER_INTERNAL_H
 #define KILN_LOADER_INTERNAL_H
