@@ -17,6 +17,7 @@
  *   resolve_local.c   step 2: the cached candidates, in select.c's order
  *   module.c          contexts, load one record, entry lookup, unload
  *   select.c          which records a device can load, best first
+ *   comm_open.c       kiln_comm_open: a transport by name
  *   coord_single.c, coord_nccl.c   transports
  *   driver.c          libcuda's function table, device facts
  *   comm.c            kiln_comm_error, for any transport (calls common/ only)
