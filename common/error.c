@@ -61,9 +61,12 @@ kiln_status kiln_fail_errno(kiln_status st, int err, const char *fmt, ...) {
   if (vsnprintf(head, sizeof head, fmt, ap) < 0) head[0] = '\0';
   va_end(ap);
   if (st == KILN_EIO) {
-    if (err == ENOSPC || err == EDQUOT) st = KILN_ENOSPC;
-    else if (err == EACCES || err == EPERM || err == EROFS) st = KILN_EPERM;
-    else if (err == ENOMEM) st = KILN_ENOMEM;
+    if (err == ENOSPC || err == EDQUOT)
+      st = KILN_ENOSPC;
+    else if (err == EACCES || err == EPERM || err == EROFS)
+      st = KILN_EPERM;
+    else if (err == ENOMEM)
+      st = KILN_ENOMEM;
   }
   return kiln_fail(st, "%s: %s", head, strerror(err));
 }

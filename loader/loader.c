@@ -36,8 +36,8 @@ out:
 
 static kiln_status settings(kiln_loader *l, const kiln_loader_options *o) {
   kiln_status rc = KILN_OK;
-  KILN_CHECK(kiln_option_int(&l->offline, o->offline, KILN_P_offline,
-                             "kiln_loader_options.offline"));
+  KILN_CHECK(
+      kiln_option_int(&l->offline, o->offline, KILN_P_offline, "kiln_loader_options.offline"));
   KILN_CHECK(kiln_option_seconds(&l->stale_s, o->lease_stale_s, KILN_P_lease_stale_s,
                                  "kiln_loader_options.lease_stale_s"));
   KILN_CHECK(kiln_option_seconds(&l->timeout_s, o->build_timeout_s, KILN_P_build_timeout_s,
@@ -168,8 +168,9 @@ kiln_status kiln_loader_warmup(kiln_loader *l, const kiln_comm *comm) {
     if (!l->kernels || fnmatch(l->kernels, l->units[u].unit->name, 0) == 0) all[n++] = u;
   if (n == 0 && l->n_units) {
     char names[1024];
-    rc = kiln_fail(KILN_ENOTFOUND, "kiln_loader_warmup: kernels '%s' matches no unit; units are: %s",
-                   l->kernels, kiln_unit_names(names, sizeof names));
+    rc =
+        kiln_fail(KILN_ENOTFOUND, "kiln_loader_warmup: kernels '%s' matches no unit; units are: %s",
+                  l->kernels, kiln_unit_names(names, sizeof names));
     if (comm) { /* the other ranks must hear of it now, not at their timeout */
       char why[1200];
       snprintf(why, sizeof why, "%s", kiln_last_error());

@@ -35,27 +35,27 @@
 
 typedef struct kiln_unit_slot {
   const kiln_unit_info *unit;
-  CUmodule module;       /* NULL until loaded */
-  kiln_unit_load load;   /* where it came from */
-  CUfunction *fns;       /* per entry point, filled lazily; read with acquire loads */
+  CUmodule module;     /* NULL until loaded */
+  kiln_unit_load load; /* where it came from */
+  CUfunction *fns;     /* per entry point, filled lazily; read with acquire loads */
 } kiln_unit_slot;
 
 struct kiln_loader {
   const kiln_cuda_api *cu;
   CUcontext ctx;
   CUdevice dev;
-  int retained;          /* ctx is dev's primary context, retained by us */
+  int retained; /* ctx is dev's primary context, retained by us */
   kiln_device_info info;
-  int cc;                /* 90 for 9.0 */
+  int cc; /* 90 for 9.0 */
   kiln_cache *cache;
   int offline, jobs;
   double stale_s, timeout_s;
-  double heartbeat_s;    /* kiln_loader_options.heartbeat_s as given (KILN_ENV: the variable) */
-  pthread_mutex_t lock;  /* resolution, module loads, unloads */
+  double heartbeat_s;   /* kiln_loader_options.heartbeat_s as given (KILN_ENV: the variable) */
+  pthread_mutex_t lock; /* resolution, module loads, unloads */
   size_t n_units;
   kiln_unit_slot *units;
-  char *kernels;         /* kiln_loader_options.kernels (owned copy), or NULL: all units */
-  CUdeviceptr op_error;  /* the ops' device error block (loader/ops_common.c); 0 until used */
+  char *kernels;           /* kiln_loader_options.kernels (owned copy), or NULL: all units */
+  CUdeviceptr op_error;    /* the ops' device error block (loader/ops_common.c); 0 until used */
   kiln_coord_report coord; /* the last multi-rank warmup */
   int have_coord;
 };

@@ -90,8 +90,8 @@ kiln_module_attempt kiln_module_load(kiln_loader *l, kiln_unit_slot *s, const ki
       if (kiln_cache_quarantine(l->cache, rec.digest, err) != KILN_OK)
         kiln_log(KILN_LOG_WARN, "%s", kiln_last_error());
     } else {
-      kiln_log(KILN_LOG_WARN, "%s %s in read-only layer %d: %s; skipped", s->unit->name,
-               rec.target, rec.layer, err);
+      kiln_log(KILN_LOG_WARN, "%s %s in read-only layer %d: %s; skipped", s->unit->name, rec.target,
+               rec.layer, err);
     }
     goto out;
   }
@@ -104,8 +104,8 @@ kiln_module_attempt kiln_module_load(kiln_loader *l, kiln_unit_slot *s, const ki
   s->load.layer = rec.layer;
   s->load.ms = kiln_clock_ms() - t0;
   if (src != KILN_LOAD_EXACT)
-    kiln_log(KILN_LOG_INFO, "%s: loaded %s %s on sm_%d%s", s->unit->name,
-             kiln_load_source_str(src), rec.target, l->cc,
+    kiln_log(KILN_LOG_INFO, "%s: loaded %s %s on sm_%d%s", s->unit->name, kiln_load_source_str(src),
+             rec.target, l->cc,
              src == KILN_LOAD_BUILT ? "" : " (no CUBIN for exactly this arch is cached)");
   a = KILN_MODULE_LOADED;
 out:
@@ -140,7 +140,8 @@ void kiln_unload_locked(kiln_loader *l, size_t u) {
   kiln_unit_slot *s = &l->units[u];
   int pushed = 0;
   if (!s->module) return;
-  for (size_t e = 0; e < s->unit->n_entries; e++) __atomic_store_n(&s->fns[e], NULL, __ATOMIC_RELEASE);
+  for (size_t e = 0; e < s->unit->n_entries; e++)
+    __atomic_store_n(&s->fns[e], NULL, __ATOMIC_RELEASE);
   if (kiln_ctx_enter(l, &pushed) == KILN_OK) {
     l->cu->ModuleUnload(s->module);
     kiln_ctx_leave(l, pushed);

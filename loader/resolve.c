@@ -22,7 +22,8 @@ static kiln_status no_artifact(kiln_loader *l, size_t u, const char *held, const
 
 /* Builds sm_<cc> for the missing units, all at once (in parallel; one process
  * per cache directory builds each: the others wait), then loads each. */
-static kiln_status build_missing(kiln_loader *l, const size_t *units, size_t n, char (*held)[1024]) {
+static kiln_status build_missing(kiln_loader *l, const size_t *units, size_t n,
+                                 char (*held)[1024]) {
   kiln_build_options o = KILN_BUILD_OPTIONS_INIT;
   kiln_build_summary *sum = NULL;
   const char **names = NULL;
@@ -35,7 +36,8 @@ static kiln_status build_missing(kiln_loader *l, const size_t *units, size_t n, 
     snprintf(reason, sizeof reason, "it cannot be built here: %s", kiln_last_error());
     return no_artifact(l, units[0], held[0], reason);
   }
-  for (size_t i = 0; i < n_archs; i++) supported |= archs[i] == l->cc;
+  for (size_t i = 0; i < n_archs; i++)
+    supported |= archs[i] == l->cc;
   free(archs);
   {
     int ma = 0, mi = 0;
@@ -60,7 +62,8 @@ static kiln_status build_missing(kiln_loader *l, const size_t *units, size_t n, 
   }
   names = calloc(n, sizeof *names);
   if (!names) return kiln_fail(KILN_ENOMEM, "out of memory");
-  for (size_t i = 0; i < n; i++) names[i] = l->units[units[i]].unit->name;
+  for (size_t i = 0; i < n; i++)
+    names[i] = l->units[units[i]].unit->name;
   o.targets = &t;
   o.n_targets = 1;
   o.units = names;
@@ -77,7 +80,8 @@ static kiln_status build_missing(kiln_loader *l, const size_t *units, size_t n, 
     kiln_build_item *it = &sum->items[i];
     size_t u = 0;
     char err[384];
-    while (u < l->n_units && l->units[u].unit != it->unit) u++;
+    while (u < l->n_units && l->units[u].unit != it->unit)
+      u++;
     if (u == l->n_units) continue;
     if (it->outcome == KILN_BUILD_FAILED) {
       if (rc == KILN_OK)
@@ -99,7 +103,7 @@ out:
 static kiln_status resolve_units_locked(kiln_loader *l, const size_t *units, size_t n) {
   size_t *missing = calloc(n ? n : 1, sizeof *missing), n_missing = 0;
   char note[512] = "";
-  char (*held)[1024] = calloc(n ? n : 1, sizeof *held);
+  char(*held)[1024] = calloc(n ? n : 1, sizeof *held);
   kiln_status rc = KILN_OK;
   if (!missing || !held) {
     rc = kiln_fail(KILN_ENOMEM, "out of memory");
@@ -115,7 +119,8 @@ static kiln_status resolve_units_locked(kiln_loader *l, const size_t *units, siz
       goto out;
     }
     r = kiln_load_cached(l, units[i], held[n_missing], sizeof held[n_missing]);
-    if (r == KILN_ENOTFOUND) missing[n_missing++] = units[i];
+    if (r == KILN_ENOTFOUND)
+      missing[n_missing++] = units[i];
     else if (r != KILN_OK) {
       rc = r;
       goto out;

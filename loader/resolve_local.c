@@ -19,8 +19,10 @@ static void describe_holdings(const kiln_record *recs, size_t n, const char *why
   out[0] = '\0';
   for (size_t i = 0; i < n && len + 20 < cap; i++) {
     int dup = 0;
-    for (size_t j = 0; j < i; j++) dup |= strcmp(recs[j].target, recs[i].target) == 0;
-    if (!dup) len += (size_t)snprintf(out + len, cap - len, "%s%s", len ? ", " : "", recs[i].target);
+    for (size_t j = 0; j < i; j++)
+      dup |= strcmp(recs[j].target, recs[i].target) == 0;
+    if (!dup)
+      len += (size_t)snprintf(out + len, cap - len, "%s%s", len ? ", " : "", recs[i].target);
   }
   if (!n) snprintf(out, cap, "nothing for this unit");
   len = strlen(out);
