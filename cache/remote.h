@@ -1,5 +1,6 @@
 /* Internal: the remote cache's parts.
  *   cache/remote_http.c    libcurl transport: parallel GET/HEAD/PUT, retries, breaker
+ *   cache/remote_sink.c    the transport's bounded, hashing body sink (cache/remote_sink.h)
  *   cache/remote_record.c  the record document (JSON) and its signature
  *   cache/remote.c         fetch/upload/stats/check on top (include/kiln/remote.h) */
 #ifndef KILN_CACHE_REMOTE_H
@@ -70,23 +71,6 @@ int kiln_http_breaker_open(const kiln_http *h);
 int kiln_http_breaker_trips(const kiln_http *h);
 /* Frees the bodies of reqs (data) and zeroes their results. */
 void kiln_http_reqs_reset(kiln_http_req *reqs, size_t n);
-
-/* The body sink that every response goes through (exposed for the fuzz
- * target tests/fuzz/fuzz_http_response.c): bounded, streaming, hashed. */
-typedef struct kiln_http_sink kiln_http_sink;
-kiln_status kiln_http_sink_new(kiln_http_sink **out, int out_fd, uint64_t max_bytes,
-                               const char *expect_digest);
-/* Feeds a header line as libcurl hands it ("HTTP/1.1 200 OK\r\n",
- * "Content-Length: 12\r\n", ...). Malformed lines are ignored. */
-void kiln_http_sink_header(kiln_http_sink *s, const char *line, size_t len);
-/* Feeds body bytes; returns len, or 0 to abort the transfer (too long,
- * write failed). */
-size_t kiln_http_sink_body(kiln_http_sink *s, const void *data, size_t len);
-/* At the end: KILN_OK, or KILN_ECORRUPT for too long / shorter than
- * Content-Length / digest mismatch, or KILN_EIO for a failed write, with
- * kiln_fail's detail. Moves a memory body (NUL-terminated) into *data. */
-kiln_status kiln_http_sink_finish(kiln_http_sink *s, uint8_t **data, size_t *len);
-void kiln_http_sink_free(kiln_http_sink *s);
 
 /* ---- the record document (cache/remote_record.c) ---------------------------- */
 

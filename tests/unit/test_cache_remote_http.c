@@ -1,5 +1,5 @@
 /* cache/remote_http.c: the transport against tests/integration/fault_server.py,
- * and the body sink on its own. */
+ * and the body sink (cache/remote_sink.c) on its own. */
 #include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "cache/remote.h"
+#include "cache/remote_sink.h"
 #include "common/digest.h"
 #include "kiln/log.h"
 #include "tests/unit/test_util.h"
