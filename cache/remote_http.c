@@ -16,13 +16,13 @@
 #include <stdio.h>   /* snprintf */
 #include <stdlib.h>  /* calloc, free */
 #include <string.h>  /* memcpy, strcspn */
-#include <time.h>    /* clock_gettime */
 #include <unistd.h>  /* ftruncate, lseek */
 
 #include <curl/curl.h>
 
 #include "cache/remote.h"
 #include "cache/remote_sink.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/logging.h"
 
@@ -43,12 +43,6 @@ static CURLcode curl_init_rc = CURLE_FAILED_INIT;
 
 static void curl_init_once(void) {
   curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
-}
-
-static uint64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
 /* "http[s]://authority/..." with no userinfo in the authority. */
@@ -174,6 +168,8 @@ static const char *method_name(kiln_http_method m) {
 /* One request's progress through the run. */
 typedef enum { XF_WAITING, XF_RUNNING, XF_DONE } xf_phase;
 
+/* Times are whole milliseconds of kiln_clock_ms() (monotonic), truncated to
+ * uint64_t so the scheduling arithmetic stays integer. */
 typedef struct xfer {
   kiln_http_req *req;
   xf_phase phase;
@@ -375,8 +371,9 @@ static void finalize(run *R, xfer *x) {
   kiln_log(KILN_LOG_DEBUG,
            "remote %s %s: status %ld, %llu bytes down, %llu up, %llu ms, %d attempt%s: %s",
            method_name(r->method), r->path, r->status, (unsigned long long)r->bytes_down,
-           (unsigned long long)r->bytes_up, (unsigned long long)(now_ms() - x->started),
-           r->attempts, r->attempts == 1 ? "" : "s", r->rc == KILN_OK ? "ok" : r->error);
+           (unsigned long long)r->bytes_up,
+           (unsigned long long)((uint64_t)kiln_clock_ms() - x->started), r->attempts,
+           r->attempts == 1 ? "" : "s", r->rc == KILN_OK ? "ok" : r->error);
 }
 
 static uint64_t backoff_for(run *R, int attempts) {
@@ -401,7 +398,7 @@ static void on_done(run *R, xfer *x, CURLcode cc) {
   retry = cc == CURLE_OK ? (st >= 500 || st == 429) : retryable_curl(cc);
   if (retry && r->attempts <= R->h->cfg.retries && !kiln_http_breaker_open(R->h)) {
     x->phase = XF_WAITING;
-    x->ready_at = now_ms() + backoff_for(R, r->attempts);
+    x->ready_at = (uint64_t)kiln_clock_ms() + backoff_for(R, r->attempts);
     return;
   }
   if (cc == CURLE_OK && st >= 200 && st <= 299) {
@@ -450,7 +447,7 @@ static kiln_status run_loop(run *R, xfer *xs, size_t n) {
   kiln_status rc = KILN_OK;
   size_t done = 0, running = 0;
   while (done < n) {
-    uint64_t now = now_ms(), wait = 1000;
+    uint64_t now = (uint64_t)kiln_clock_ms(), wait = 1000;
     int still = 0, left = 0;
     CURLMsg *m;
     int open = kiln_http_breaker_open(R->h);
@@ -523,7 +520,7 @@ kiln_status kiln_http_run(kiln_http *h, kiln_http_req *reqs, size_t n) {
   }
   if (n == 0) goto out;
   R.h = h;
-  R.seed = (unsigned)now_ms() ^ (unsigned)(uintptr_t)&R;
+  R.seed = (unsigned)(uint64_t)kiln_clock_ms() ^ (unsigned)(uintptr_t)&R;
   xs = calloc(n, sizeof *xs);
   R.pool = calloc((size_t)h->cfg.parallel, sizeof *R.pool);
   R.multi = curl_multi_init();
