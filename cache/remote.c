@@ -1,34 +1,23 @@
-/* The remote cache on top of the transport: attach, fetch, upload, stats,
- * check (include/kiln/remote.h; layout and document in docs/remote-cache.md). */
-#include <ctype.h>
-#include <errno.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
+/* The remote cache on top of the transport: attaching it to a cache, its
+ * settings, the traffic totals in the index and the doctor's check
+ * (include/kiln/remote.h; layout and document in docs/remote-cache.md).
+ * Fetch is cache/remote_fetch.c, upload cache/remote_upload.c. */
+#include <ctype.h>  /* isspace */
+#include <errno.h>  /* errno */
+#include <stdio.h>  /* snprintf */
+#include <stdlib.h> /* calloc, free */
+#include <string.h> /* memcpy, memset, strcmp, strlen, strncmp */
+#include <unistd.h> /* access */
 
 #include "cache/remote.h"
 #include "cache/store.h"
 #include "common/clock.h"
-#include "common/digest.h"
 #include "common/error.h"
 #include "common/fileio.h"
 #include "common/logging.h"
 #include "common/params.h"
-#include "common/pool.h"
 
-#define RECORD_MAX (64 * 1024) /* a record document is a few hundred bytes */
-#define BREAKER_THRESHOLD 5    /* failed requests in a row that turn the remote off */
-#define PENDING KILN_EINTERNAL /* an item between its record and its blob */
-
-struct kiln_remote {
-  kiln_http *http;
-  char url[2048];
-  int upload, tls;
-  uint8_t *key; /* HMAC key, or NULL */
-  size_t key_len;
-};
+#define BREAKER_THRESHOLD 5 /* failed requests in a row that turn the remote off */
 
 void kiln_remote_close(struct kiln_remote *r) {
   if (!r) return;
@@ -190,7 +179,7 @@ static uint64_t *stat_field(kiln_remote_stats *s, int i) {
 
 /* Best effort: the totals are for operators; a failure to count never fails
  * a fetch. */
-static void stats_add(kiln_cache *c, kiln_remote_stats *d) {
+void kiln_remote_stats_add(kiln_cache *c, kiln_remote_stats *d) {
   static const char *sql = "INSERT INTO remote_stats(name, value) VALUES(?1, ?2) "
                            "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value";
   kiln_status rc = kiln_txn_begin(c, "count remote traffic");
@@ -231,402 +220,6 @@ kiln_status kiln_remote_stats_get(kiln_remote_stats *out, kiln_cache *c) {
   return KILN_OK;
 }
 
-/* ---- fetch ---- */
-
-static void item_fail(kiln_remote_item *it, kiln_status st, const char *msg) {
-  it->status = st;
-  snprintf(it->error, sizeof it->error, "%s", msg);
-}
-
-/* The first failed request of a batch is said at warn (with its HTTP status
- * or transport error), the count at the end. */
-static void count_error(kiln_remote_stats *d, const char *url, const char *msg) {
-  if (d->errors++ == 0) kiln_log(KILN_LOG_WARN, "remote cache %s: %s", url, msg);
-}
-
-/* Phase 1: the records. rec[i] is valid where items[i].status is KILN_OK. */
-static void fetch_records(kiln_cache *c, kiln_remote_item *items, size_t n, kiln_http_req *reqs,
-                          kiln_record *recs, kiln_remote_stats *d) {
-  struct kiln_remote *r = c->remote;
-  for (size_t i = 0; i < n; i++) {
-    reqs[i].method = KILN_HTTP_GET;
-    reqs[i].out_fd = -1;
-    reqs[i].max_bytes = RECORD_MAX;
-    snprintf(reqs[i].path, sizeof reqs[i].path, "ac/%.64s", items[i].key);
-  }
-  kiln_http_run(r->http, reqs, n);
-  for (size_t i = 0; i < n; i++) {
-    kiln_remote_item *it = &items[i];
-    kiln_http_req *q = &reqs[i];
-    kiln_status st;
-    d->bytes_down += q->bytes_down;
-    if (q->rc == KILN_ENOTFOUND) {
-      d->misses++;
-      item_fail(it, KILN_ENOTFOUND, "not on the remote");
-      continue;
-    }
-    if (q->rc == KILN_ECORRUPT) {
-      item_fail(it, KILN_ECORRUPT, q->error); /* e.g. larger than any record */
-    } else if (q->rc != KILN_OK) {
-      item_fail(it, q->rc, q->error);
-      count_error(d, r->url, q->error);
-      continue;
-    } else if ((st = kiln_remote_record_decode((const char *)q->data, q->len, it->key, r->key,
-                                               r->key_len, &recs[i])) != KILN_OK) {
-      item_fail(it, st == KILN_EPERM ? KILN_EPERM : KILN_ECORRUPT, kiln_last_error());
-    } else if (strcmp(recs[i].unit, it->unit) != 0 || strcmp(recs[i].target, it->target) != 0) {
-      char msg[256];
-      snprintf(msg, sizeof msg, "the record under %.12s... describes %s %s, not %s %s", it->key,
-               recs[i].unit, recs[i].target, it->unit, it->target);
-      item_fail(it, KILN_ECORRUPT, msg);
-    } else {
-      /* the record passed; OK only once its blob and record are stored */
-      item_fail(it, PENDING, "the fetch stopped before its blob was stored");
-      continue;
-    }
-    d->rejected++;
-    kiln_log(KILN_LOG_WARN, "remote cache %s: rejected the record of %s %s: %s", r->url, it->unit,
-             it->target, it->error);
-  }
-}
-
-/* Phase 2: the blobs of the records that passed, streamed into temp files
- * (verified as they arrive), then moved into the store, record last. */
-typedef struct blob_job {
-  size_t item;
-  int req; /* index into the requests, or -1: the bytes are here already */
-  char tmp[KILN_PATH_MAX];
-} blob_job;
-
-/* Settles one item from its download (q, NULL when the bytes were here) and
- * what storing it gave (st, with the detail in err). */
-static void settle_blob(const char *url, kiln_remote_item *it, kiln_http_req *q, kiln_status st,
-                        const char *err, kiln_remote_stats *d) {
-  if (st == KILN_OK) {
-    d->hits++;
-    it->status = KILN_OK;
-  } else if (!q || q->rc == KILN_OK) {
-    item_fail(it, st == KILN_ENOTFOUND ? KILN_EIO : st, err); /* the local store failed */
-    kiln_log(KILN_LOG_WARN, "remote cache: storing %s %s failed: %s", it->unit, it->target,
-             it->error);
-  } else if (q->rc == KILN_ENOTFOUND || q->rc == KILN_ECORRUPT) {
-    d->rejected++;
-    item_fail(it, KILN_ECORRUPT,
-              q->rc == KILN_ENOTFOUND ? "the remote has the record but not its blob" : q->error);
-    kiln_log(KILN_LOG_WARN, "remote cache %s: rejected the bytes of %s %s: %s", url, it->unit,
-             it->target, it->error);
-  } else {
-    item_fail(it, q->rc, q->error);
-    count_error(d, url, q->error);
-  }
-}
-
-typedef struct adopt_ctx {
-  kiln_cache *c;
-  blob_job *jobs;
-  kiln_http_req *reqs;
-  kiln_record *recs;
-  kiln_status *st;
-  char (*err)[256];
-} adopt_ctx;
-
-/* On the pool: fsync, rename and fsync-dir overlap across blobs. */
-static void adopt_task(size_t k, void *user) {
-  adopt_ctx *a = user;
-  blob_job *j = &a->jobs[k];
-  kiln_http_req *q = j->req >= 0 ? &a->reqs[j->req] : NULL;
-  a->st[k] = KILN_OK;
-  if (!q) return;
-  if (q->rc != KILN_OK) {
-    unlink(j->tmp);
-    a->st[k] = q->rc;
-    return;
-  }
-  a->st[k] = kiln_blob_adopt(a->c, a->recs[j->item].digest, j->tmp);
-  if (a->st[k] != KILN_OK) snprintf(a->err[k], sizeof a->err[k], "%s", kiln_last_error());
-}
-
-/* Blobs first (in parallel), then every record in one transaction. */
-static kiln_status store_blobs(kiln_cache *c, kiln_remote_item *items, blob_job *jobs,
-                               size_t n_jobs, kiln_http_req *reqs, kiln_record *recs,
-                               kiln_remote_stats *d) {
-  adopt_ctx a = {c, jobs, reqs, recs, NULL, NULL};
-  kiln_record **ins = calloc(n_jobs ? n_jobs : 1, sizeof *ins);
-  kiln_status *each = calloc(n_jobs ? n_jobs : 1, sizeof *each);
-  size_t *which = calloc(n_jobs ? n_jobs : 1, sizeof *which), m = 0;
-  kiln_status rc = KILN_OK;
-  a.st = calloc(n_jobs ? n_jobs : 1, sizeof *a.st);
-  a.err = calloc(n_jobs ? n_jobs : 1, sizeof *a.err);
-  for (size_t k = 0; k < n_jobs; k++) {
-    kiln_http_req *q = jobs[k].req >= 0 ? &reqs[jobs[k].req] : NULL;
-    if (!q) continue;
-    close(q->out_fd);
-    q->out_fd = -1;
-    d->bytes_down += q->bytes_down;
-  }
-  if (!ins || !each || !which || !a.st || !a.err) {
-    rc = kiln_fail(KILN_ENOMEM, "out of memory");
-    goto drop;
-  }
-  rc = kiln_pool_run(n_jobs, 8, adopt_task, &a);
-  if (rc != KILN_OK) goto drop; /* adopted blobs without records are orphans: gc removes them */
-  for (size_t k = 0; k < n_jobs; k++) {
-    if (a.st[k] != KILN_OK) continue;
-    which[m] = k;
-    ins[m++] = &recs[jobs[k].item];
-  }
-  if (m && kiln_records_insert(c, ins, m, each) != KILN_OK)
-    kiln_log(KILN_LOG_WARN, "remote cache: storing records failed: %s", kiln_last_error());
-  for (size_t i = 0; i < m; i++) {
-    a.st[which[i]] = each[i];
-    if (each[i] != KILN_OK)
-      snprintf(a.err[which[i]], sizeof a.err[which[i]], "%s",
-               each[i] == KILN_ENOTFOUND ? "its blob disappeared before the record was stored"
-                                         : kiln_last_error());
-  }
-  for (size_t k = 0; k < n_jobs; k++) {
-    settle_blob(c->remote->url, &items[jobs[k].item], jobs[k].req >= 0 ? &reqs[jobs[k].req] : NULL,
-                a.st[k], a.err[k], d);
-    if (a.st[k] == KILN_OK) items[jobs[k].item].record = recs[jobs[k].item];
-  }
-  goto out;
-drop: /* the items stay PENDING: not stored, not fetched */
-  for (size_t k = 0; k < n_jobs; k++)
-    if (jobs[k].req >= 0) unlink(jobs[k].tmp);
-out:
-  free(ins);
-  free(each);
-  free(which);
-  free(a.st);
-  free(a.err);
-  return rc;
-}
-
-static kiln_status fetch_blobs(kiln_cache *c, kiln_remote_item *items, size_t n,
-                               kiln_http_req *reqs, kiln_record *recs, kiln_remote_stats *d) {
-  blob_job *jobs = calloc(n ? n : 1, sizeof *jobs);
-  size_t n_jobs = 0;
-  int n_reqs = 0;
-  kiln_status rc;
-  if (!jobs) return kiln_fail(KILN_ENOMEM, "out of memory");
-  kiln_http_reqs_reset(reqs, n);
-  for (size_t i = 0; i < n; i++) {
-    blob_job *j = &jobs[n_jobs];
-    kiln_http_req *q = &reqs[n_reqs];
-    int fd;
-    if (items[i].status != PENDING) continue;
-    recs[i].log_digest[0] = '\0'; /* build logs stay where they were built */
-    j->item = i;
-    j->req = -1;
-    if (kiln_blob_read(c->primary.dir, recs[i].digest, recs[i].size, NULL, NULL) == KILN_OK) {
-      n_jobs++; /* the bytes are here already: no download */
-      continue;
-    }
-    fd = kiln_path_join(j->tmp, sizeof j->tmp, c->tmp_dir, "remote-XXXXXX") == KILN_OK
-             ? mkstemp(j->tmp)
-             : -1;
-    if (fd < 0) {
-      kiln_fail_errno(KILN_EIO, errno, "create a temp file in %s", c->tmp_dir);
-      item_fail(&items[i], KILN_EIO, kiln_last_error());
-      kiln_log(KILN_LOG_WARN, "remote cache: %s", items[i].error);
-      continue;
-    }
-    q->method = KILN_HTTP_GET;
-    q->out_fd = fd;
-    q->max_bytes = recs[i].size ? recs[i].size : 1;
-    q->expect_digest = recs[i].digest;
-    snprintf(q->path, sizeof q->path, "cas/%.64s", recs[i].digest);
-    j->req = n_reqs++;
-    n_jobs++;
-  }
-  kiln_http_run(c->remote->http, reqs, (size_t)n_reqs);
-  rc = store_blobs(c, items, jobs, n_jobs, reqs, recs, d);
-  free(jobs);
-  return rc;
-}
-
-kiln_status kiln_remote_fetch(kiln_cache *c, kiln_remote_item *items, size_t n) {
-  kiln_http_req *reqs = NULL;
-  kiln_record *recs = NULL;
-  kiln_remote_stats d;
-  struct kiln_remote *r;
-  size_t got = 0, missing = 0, failed = 0;
-  int trips;
-  double t0 = kiln_clock_ms();
-  kiln_status rc = KILN_OK;
-  if (!c || (n && !items)) return kiln_fail(KILN_EINVAL, "kiln_remote_fetch: NULL argument");
-  r = c->remote;
-  for (size_t i = 0; i < n; i++) {
-    if (!items[i].key || !items[i].unit || !items[i].target || !kiln_is_hex64(items[i].key))
-      return kiln_fail(KILN_EINVAL, "kiln_remote_fetch: item %zu has no valid key, unit or target",
-                       i);
-    item_fail(&items[i], KILN_ENOTFOUND,
-              r ? "remote cache turned off for this process" : "no remote cache");
-  }
-  if (!r || kiln_http_breaker_open(r->http))
-    return kiln_fail(KILN_ENOTFOUND, "%s",
-                     r ? "remote cache turned off for this process" : "no remote cache configured");
-  if (!n) return KILN_OK;
-  memset(&d, 0, sizeof d);
-  trips = kiln_http_breaker_trips(r->http);
-  reqs = calloc(n, sizeof *reqs);
-  recs = calloc(n, sizeof *recs);
-  if (!reqs || !recs) {
-    rc = kiln_fail(KILN_ENOMEM, "out of memory");
-    goto out;
-  }
-  fetch_records(c, items, n, reqs, recs, &d);
-  KILN_CHECK(fetch_blobs(c, items, n, reqs, recs, &d));
-  for (size_t i = 0; i < n; i++) {
-    if (items[i].status == KILN_OK)
-      got++;
-    else if (items[i].status == KILN_ENOTFOUND)
-      missing++;
-    else
-      failed++;
-  }
-  if (d.errors > 1)
-    kiln_log(KILN_LOG_WARN, "remote cache %s: %llu requests failed in all", r->url,
-             (unsigned long long)d.errors);
-  kiln_log(KILN_LOG_INFO,
-           "remote cache %s: %zu of %zu fetched, %zu not there, %zu failed (%.0f ms, "
-           "%llu bytes)",
-           r->url, got, n, missing, failed, kiln_clock_ms() - t0, (unsigned long long)d.bytes_down);
-out:
-  d.breaker_trips = (uint64_t)(kiln_http_breaker_trips(r->http) - trips);
-  stats_add(c, &d);
-  if (reqs) kiln_http_reqs_reset(reqs, n);
-  free(reqs);
-  free(recs);
-  return rc;
-}
-
-/* ---- upload ---- */
-
-typedef struct up_item {
-  kiln_record rec;
-  uint8_t *blob;
-  size_t size;
-  char *doc;
-  size_t doc_len;
-  int state; /* 0 needs upload, 1 on the remote, -1 failed */
-} up_item;
-
-/* The three rounds of an upload: what is there already, then blobs before
- * records, so a reader never finds a record whose bytes are missing (a crash
- * between leaves an orphan blob). */
-typedef enum up_round { UP_HEAD_RECORD, UP_PUT_BLOB, UP_PUT_RECORD } up_round;
-
-static void up_prepare(up_item *u, kiln_http_req *q, up_round round) {
-  q->method = round == UP_HEAD_RECORD ? KILN_HTTP_HEAD : KILN_HTTP_PUT;
-  q->body = round == UP_PUT_BLOB ? (const void *)u->blob : u->doc;
-  q->body_len = round == UP_PUT_BLOB ? u->size : round == UP_PUT_RECORD ? u->doc_len : 0;
-  if (round == UP_PUT_BLOB)
-    snprintf(q->path, sizeof q->path, "cas/%s", u->rec.digest);
-  else
-    snprintf(q->path, sizeof q->path, "ac/%s", u->rec.key);
-}
-
-/* Runs one round for the items in state 0; a failed item goes to state -1
- * (the first failure is kept), a record found by HEAD to state 1. */
-static void up_run(struct kiln_remote *r, up_item *u, size_t n, kiln_http_req *reqs, up_round round,
-                   kiln_remote_stats *d, kiln_status *first, char *first_err, size_t cap) {
-  size_t *idx = calloc(n ? n : 1, sizeof *idx), m = 0;
-  if (!idx) {
-    *first = kiln_fail(KILN_ENOMEM, "out of memory");
-    return;
-  }
-  kiln_http_reqs_reset(reqs, n);
-  for (size_t i = 0; i < n; i++) {
-    if (u[i].state != 0) continue;
-    reqs[m].out_fd = -1;
-    reqs[m].max_bytes = RECORD_MAX;
-    up_prepare(&u[i], &reqs[m], round);
-    idx[m++] = i;
-  }
-  kiln_http_run(r->http, reqs, m);
-  for (size_t j = 0; j < m; j++) {
-    kiln_http_req *q = &reqs[j];
-    up_item *it = &u[idx[j]];
-    d->bytes_down += q->bytes_down;
-    d->bytes_up += q->bytes_up;
-    if (round == UP_HEAD_RECORD && q->rc == KILN_OK) it->state = 1; /* already there */
-    if (q->rc == KILN_OK || (round == UP_HEAD_RECORD && q->rc == KILN_ENOTFOUND)) continue;
-    it->state = -1;
-    d->errors++;
-    if (*first == KILN_OK) {
-      *first = q->rc;
-      snprintf(first_err, cap, "%s", q->error);
-    }
-  }
-  free(idx);
-}
-
-kiln_status kiln_remote_upload(size_t *uploaded, kiln_cache *c, const char *const *keys, size_t n) {
-  struct kiln_remote *r;
-  up_item *u = NULL;
-  kiln_http_req *reqs = NULL;
-  kiln_remote_stats d;
-  kiln_status rc = KILN_OK, first = KILN_OK;
-  char first_err[256] = "";
-  size_t done = 0, failed = 0;
-  int trips = 0;
-  if (uploaded) *uploaded = 0;
-  if (!c || (n && !keys)) return kiln_fail(KILN_EINVAL, "kiln_remote_upload: NULL argument");
-  r = c->remote;
-  if (!r) return kiln_fail(KILN_EINVAL, "no remote cache configured (--remote or KILN_REMOTE_URL)");
-  if (!r->upload)
-    return kiln_fail(KILN_EINVAL, "uploads to %s are off (--upload or KILN_REMOTE_UPLOAD=1)",
-                     r->url);
-  if (kiln_http_breaker_open(r->http))
-    return kiln_fail(KILN_EREMOTE, "remote cache %s turned off for this process", r->url);
-  if (!n) return KILN_OK;
-  memset(&d, 0, sizeof d);
-  trips = kiln_http_breaker_trips(r->http);
-  u = calloc(n, sizeof *u);
-  reqs = calloc(n, sizeof *reqs);
-  if (!u || !reqs) {
-    rc = kiln_fail(KILN_ENOMEM, "out of memory");
-    goto out;
-  }
-  for (size_t i = 0; i < n; i++) {
-    KILN_CHECK(kiln_cache_get(&u[i].rec, &u[i].blob, &u[i].size, c, keys[i]));
-    u[i].rec.log_digest[0] = '\0'; /* logs are not uploaded */
-    KILN_CHECK(kiln_remote_record_encode(&u[i].rec, r->key, r->key_len, &u[i].doc, &u[i].doc_len));
-  }
-  for (up_round round = UP_HEAD_RECORD; round <= UP_PUT_RECORD; round++)
-    up_run(r, u, n, reqs, round, &d, &first, first_err, sizeof first_err);
-  for (size_t i = 0; i < n; i++) {
-    if (u[i].state == 0)
-      done++;
-    else if (u[i].state < 0)
-      failed++;
-  }
-  d.uploads = done;
-  if (uploaded) *uploaded = done;
-  if (failed) {
-    const char *hint = first == KILN_EPERM || first == KILN_EUNSUPPORTED
-                           ? " (a read-only server? builds go on without write-back)"
-                           : "";
-    rc = kiln_fail(first == KILN_OK ? KILN_EREMOTE : first,
-                   "remote cache %s: %zu of %zu uploads failed: %s%s", r->url, failed, n, first_err,
-                   hint);
-  }
-  kiln_log(KILN_LOG_INFO, "remote cache %s: %zu uploaded, %zu there already, %zu failed", r->url,
-           done, n - done - failed, failed);
-out:
-  d.breaker_trips = (uint64_t)(kiln_http_breaker_trips(r->http) - trips);
-  stats_add(c, &d);
-  if (reqs) kiln_http_reqs_reset(reqs, n);
-  for (size_t i = 0; u && i < n; i++) {
-    free(u[i].blob);
-    free(u[i].doc);
-  }
-  free(u);
-  free(reqs);
-  return rc;
-}
-
 /* ---- check (kiln doctor) ---- */
 
 kiln_status kiln_remote_check(kiln_remote_check_result *out, kiln_cache *c) {
@@ -644,7 +237,7 @@ kiln_status kiln_remote_check(kiln_remote_check_result *out, kiln_cache *c) {
   memset(&q, 0, sizeof q);
   q.method = KILN_HTTP_GET;
   q.out_fd = -1;
-  q.max_bytes = RECORD_MAX;
+  q.max_bytes = KILN_REMOTE_RECORD_MAX;
   /* a key no build produces: any answer but 401/403 shows the way is open */
   snprintf(q.path, sizeof q.path, "ac/%064d", 0);
   t0 = kiln_clock_ms();

@@ -2,7 +2,9 @@
  *   cache/remote_http.c    libcurl transport: parallel GET/HEAD/PUT, retries, breaker
  *   cache/remote_sink.c    the transport's bounded, hashing body sink (cache/remote_sink.h)
  *   cache/remote_record.c  the record document (JSON) and its signature
- *   cache/remote.c         fetch/upload/stats/check on top (include/kiln/remote.h) */
+ *   cache/remote.c         attach, settings, stats, check on top (include/kiln/remote.h)
+ *   cache/remote_fetch.c   kiln_remote_fetch: records, then blobs into the store
+ *   cache/remote_upload.c  kiln_remote_upload: HEAD record, PUT blob, PUT record */
 #ifndef KILN_CACHE_REMOTE_H
 #define KILN_CACHE_REMOTE_H
 
@@ -71,6 +73,25 @@ int kiln_http_breaker_open(const kiln_http *h);
 int kiln_http_breaker_trips(const kiln_http *h);
 /* Frees the bodies of reqs (data) and zeroes their results. */
 void kiln_http_reqs_reset(kiln_http_req *reqs, size_t n);
+
+/* ---- the remote on top (cache/remote.c, remote_fetch.c, remote_upload.c) ---- */
+
+/* The most a record document may be (it is a few hundred bytes); larger
+ * answers are refused. */
+#define KILN_REMOTE_RECORD_MAX (64 * 1024)
+
+/* The remote attached to a cache (kiln_cache_set_remote; kiln_cache.remote). */
+struct kiln_remote {
+  kiln_http *http;
+  char url[2048];
+  int upload, tls;
+  uint8_t *key; /* HMAC key, or NULL */
+  size_t key_len;
+};
+
+/* Adds d's counts to the totals in the index (kiln_remote_stats_get reads
+ * them). Best effort: a failure is logged at debug, never returned. */
+void kiln_remote_stats_add(kiln_cache *c, kiln_remote_stats *d);
 
 /* ---- the record document (cache/remote_record.c) ---------------------------- */
 
