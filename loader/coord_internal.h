@@ -1,4 +1,6 @@
-/* Internal: the coordination protocol (loader/coord.c), its wire format
+/* Internal: the coordination protocol (loader/coord.c, with its steps 2 and 3
+ * in loader/coord_root.c and loader/coord_transfer.c, and what every step
+ * uses in loader/coord_collective.c), its wire format
  * (loader/coord_wire.c) and the two users of it: the cache-only fill
  * (loader/coord_fill.c) and the loader's warmup (loader/coord_warmup.c).
  * docs/coordination.md describes the protocol. */
@@ -117,5 +119,61 @@ kiln_status kiln_coord_defaults(coord_params *p);
 
 /* Checks a communicator a caller passed in. */
 kiln_status kiln_comm_check(const kiln_comm *comm);
+
+/* ---- inside a run: shared by loader/coord.c (the run, steps 1 and 4),
+ * loader/coord_root.c (step 2), loader/coord_transfer.c (step 3) and
+ * loader/coord_collective.c (what they all use) ---- */
+
+/* The exchange buffer of the max-reduces: this header, then the map. */
+#define COORD_HDR 256      /* the header's size */
+#define COORD_OFF_FAILED 0 /* a rank failed locally */
+#define COORD_OFF_CFG 32   /* configuration fingerprint, then its complement */
+#define COORD_OFF_FP 96    /* artifact fingerprint, then its complement */
+
+/* One rank's run of the protocol. */
+typedef struct coord_run {
+  coord_params p;
+  const coord_hooks *h;
+  const kiln_comm *c;
+  kiln_coord_report *rep;
+  double t0;
+  int aborted;
+  coord_frame last;            /* the last status frame seen */
+  uint8_t cfg[COORD_FP_BYTES]; /* this rank's configuration fingerprint */
+  uint8_t fp[COORD_FP_BYTES];  /* this rank's artifact fingerprint (when it missed nothing) */
+  const uint8_t *uni;          /* the union of misses, once known */
+} coord_run;
+
+/* What every step uses (loader/coord_collective.c). */
+
+/* A line of the run's timeline at info level: rank, size, time since the
+ * start, then the text. */
+void kiln_coord_timeline(coord_run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* One collective, timed into the report: a broadcast from rank 0 (bcast) or
+ * a max-reduce of buf. A failure aborts the communicator and is KILN_EPEER. */
+kiln_status kiln_coord_collective(coord_run *r, int bcast, void *buf, size_t n, const char *what);
+/* The number of slots set in a map. */
+size_t kiln_coord_count_set(const uint8_t *map);
+/* After an exchange that says some rank failed: a rank that failed on its own
+ * returns its error (mine, err); the others KILN_EPEER, naming the step. */
+kiln_status kiln_coord_someone_failed(coord_run *r, kiln_status mine, const char *err,
+                                      const char *when);
+
+/* Step 2 (loader/coord_root.c). Rank 0 builds the union of misses (map, with
+ * missing slots set) while it broadcasts status frames; the other ranks
+ * receive the frames until READY or FAILED. READY is KILN_OK, FAILED the
+ * build's error on every rank; a failed collective (a silent root) is
+ * KILN_EPEER. */
+kiln_status kiln_coord_root_build(coord_run *r, const uint8_t *map, size_t missing);
+kiln_status kiln_coord_await_root(coord_run *r);
+
+/* Step 3 (loader/coord_transfer.c). One exchange (buf: the exchange buffer)
+ * of what is still needed, then the root sends each of those artifacts. A
+ * rank's own failure goes to *local_rc and err (cap bytes) and the transfers
+ * go on, so no rank hangs. Returns KILN_OK, KILN_EPEER for a failed
+ * collective, or kiln_coord_someone_failed's error when a rank could not
+ * check its cache. */
+kiln_status kiln_coord_distribute(coord_run *r, uint8_t *buf, kiln_status *local_rc, char *err,
+                                  size_t cap);
 
 #endif
