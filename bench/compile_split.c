@@ -468,6 +468,8 @@ typedef struct config {
   const char *outdir;
   int sass;
   int pipes[NPIPE];
+  const char *nvrtc_lib, *jl_lib; /* --nvrtc, --nvjitlink */
+  const char *kdir, *unit;        /* KERNELS_DIR UNIT */
 } config;
 
 /* Keeps the fastest of reps (by wall time), and the output of the last. */
@@ -896,7 +898,7 @@ static int ptx_same(const blob *a, const blob *b, int *diff_lines) {
   return same;
 }
 
-/* ---- main ---------------------------------------------------------------------------------- */
+/* ---- command line ----------------------------------------------------------------------- */
 
 static void usage(void) {
   fputs("usage: compile_split [options] KERNELS_DIR UNIT\n"
@@ -933,297 +935,400 @@ static void parse_targets(config *cfg, const char *list) {
   if (!cfg->n_targets) die("no targets");
 }
 
-static double pct(double a, double b) {
-  return b > 0 ? 100.0 * a / b : 0;
+/* --pipelines: A, plus the ones listed. */
+static void parse_pipelines(config *cfg, const char *list) {
+  char *copy = xstrdup(list), *save = NULL;
+  for (int k = 0; k < NPIPE; k++)
+    cfg->pipes[k] = k == P_A;
+  for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    int k;
+    for (k = 0; k < NPIPE && strcmp(tok, pipe_tag[k]) != 0; k++) {
+    }
+    if (k == NPIPE) die("unknown pipeline '%s' (A,B,C,Cw,Bf,Cf,Cwf,Cwx)", tok);
+    cfg->pipes[k] = 1;
+  }
+  free(copy);
 }
 
-int main(int argc, char **argv) {
-  config cfg;
-  source_set src;
-  static pipeline pipes[NPIPE];
-  static sass sa[NPIPE][MAX_TARGETS];
-  const char *nvrtc_lib = "libnvrtc.so.13", *jl_lib = "libnvJitLink.so.13";
-  const char *kdir = NULL, *unit = NULL;
-  char outdir[512];
-  int rmaj = 0, rmin = 0, all_ok = 1;
-  unsigned jmaj = 0, jmin = 0;
-  tm_pair fe90 = {0, 0}, fe80 = {0, 0}, fe80lto = {0, 0};
-
-  memset(&cfg, 0, sizeof cfg);
-  cfg.reps = 1;
-  cfg.sass = 1;
-  cfg.cuobjdump = getenv("CUOBJDUMP") && *getenv("CUOBJDUMP") ? getenv("CUOBJDUMP") : "cuobjdump";
-  for (int i = 0; i < NPIPE; i++) cfg.pipes[i] = 1;
-  cfg.ptxas = access(COMPILE_SPLIT_PTXAS, X_OK) == 0 ? COMPILE_SPLIT_PTXAS : NULL;
-  parse_targets(&cfg, "sm_80,sm_86,sm_87,sm_88,sm_89,sm_90,sm_100,sm_103,sm_110,sm_120,sm_121,"
-                      "compute_80,compute_121");
+/* The defaults, then the command line; F, the lowest arch, last. */
+static void parse_args(config *cfg, int argc, char **argv) {
+  memset(cfg, 0, sizeof *cfg);
+  cfg->reps = 1;
+  cfg->sass = 1;
+  cfg->nvrtc_lib = "libnvrtc.so.13";
+  cfg->jl_lib = "libnvJitLink.so.13";
+  cfg->cuobjdump = getenv("CUOBJDUMP") && *getenv("CUOBJDUMP") ? getenv("CUOBJDUMP") : "cuobjdump";
+  for (int i = 0; i < NPIPE; i++)
+    cfg->pipes[i] = 1;
+  cfg->ptxas = access(COMPILE_SPLIT_PTXAS, X_OK) == 0 ? COMPILE_SPLIT_PTXAS : NULL;
+  parse_targets(cfg, "sm_80,sm_86,sm_87,sm_88,sm_89,sm_90,sm_100,sm_103,sm_110,sm_120,sm_121,"
+                     "compute_80,compute_121");
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (strcmp(a, "--targets") == 0 && i + 1 < argc) parse_targets(&cfg, argv[++i]);
-    else if (strcmp(a, "--pipelines") == 0 && i + 1 < argc) {
-      char *copy = xstrdup(argv[++i]), *save = NULL;
-      for (int k = 0; k < NPIPE; k++) cfg.pipes[k] = k == P_A;
-      for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        int k;
-        for (k = 0; k < NPIPE && strcmp(tok, pipe_tag[k]) != 0; k++) {
-        }
-        if (k == NPIPE) die("unknown pipeline '%s' (A,B,C,Cw,Bf,Cf,Cwf,Cwx)", tok);
-        cfg.pipes[k] = 1;
-      }
-      free(copy);
-    } else if (strcmp(a, "--reps") == 0 && i + 1 < argc) {
-      cfg.reps = atoi(argv[++i]);
-      if (cfg.reps < 1) die("--reps must be >= 1");
-    } else if (strcmp(a, "--out") == 0 && i + 1 < argc) cfg.outdir = argv[++i];
-    else if (strcmp(a, "--cuobjdump") == 0 && i + 1 < argc) cfg.cuobjdump = argv[++i];
-    else if (strcmp(a, "--no-sass") == 0) cfg.sass = 0;
-    else if (strcmp(a, "--ptxas") == 0 && i + 1 < argc) cfg.ptxas = argv[++i];
-    else if (strcmp(a, "--jl-cache") == 0) cfg.jl_cache = 1;
-    else if (strcmp(a, "--nvrtc") == 0 && i + 1 < argc) nvrtc_lib = argv[++i];
-    else if (strcmp(a, "--nvjitlink") == 0 && i + 1 < argc) jl_lib = argv[++i];
+    if (strcmp(a, "--targets") == 0 && i + 1 < argc)
+      parse_targets(cfg, argv[++i]);
+    else if (strcmp(a, "--pipelines") == 0 && i + 1 < argc)
+      parse_pipelines(cfg, argv[++i]);
+    else if (strcmp(a, "--reps") == 0 && i + 1 < argc) {
+      cfg->reps = atoi(argv[++i]);
+      if (cfg->reps < 1) die("--reps must be >= 1");
+    } else if (strcmp(a, "--out") == 0 && i + 1 < argc)
+      cfg->outdir = argv[++i];
+    else if (strcmp(a, "--cuobjdump") == 0 && i + 1 < argc)
+      cfg->cuobjdump = argv[++i];
+    else if (strcmp(a, "--no-sass") == 0)
+      cfg->sass = 0;
+    else if (strcmp(a, "--ptxas") == 0 && i + 1 < argc)
+      cfg->ptxas = argv[++i];
+    else if (strcmp(a, "--jl-cache") == 0)
+      cfg->jl_cache = 1;
+    else if (strcmp(a, "--nvrtc") == 0 && i + 1 < argc)
+      cfg->nvrtc_lib = argv[++i];
+    else if (strcmp(a, "--nvjitlink") == 0 && i + 1 < argc)
+      cfg->jl_lib = argv[++i];
     else if (a[0] == '-') usage();
-    else if (!kdir) kdir = a;
-    else if (!unit) unit = a;
+    else if (!cfg->kdir)
+      cfg->kdir = a;
+    else if (!cfg->unit)
+      cfg->unit = a;
     else usage();
   }
-  if (!kdir || !unit) usage();
-  cfg.fe_arch = 0;
-  for (int i = 0; i < cfg.n_targets; i++)
-    if (!cfg.fe_arch || cfg.targets[i].arch < cfg.fe_arch) cfg.fe_arch = cfg.targets[i].arch;
+  if (!cfg->kdir || !cfg->unit) usage();
+  cfg->fe_arch = 0;
+  for (int i = 0; i < cfg->n_targets; i++)
+    if (!cfg->fe_arch || cfg->targets[i].arch < cfg->fe_arch) cfg->fe_arch = cfg->targets[i].arch;
+}
 
-  if (cfg.outdir) {
-    snprintf(outdir, sizeof outdir, "%s", cfg.outdir);
+/* ---- set-up ------------------------------------------------------------------------------- */
+
+/* --out DIR (created if need be), else a new temp directory. */
+static void make_outdir(const config *cfg, char *outdir, size_t cap) {
+  if (cfg->outdir) {
+    snprintf(outdir, cap, "%s", cfg->outdir);
     mkdir(outdir, 0755);
   } else {
-    snprintf(outdir, sizeof outdir, "/tmp/compile_split.XXXXXX");
+    snprintf(outdir, cap, "/tmp/compile_split.XXXXXX");
     if (!mkdtemp(outdir)) die("mkdtemp: %s", strerror(errno));
   }
+}
 
-  load_nvrtc(nvrtc_lib);
-  load_nvjitlink(jl_lib);
+/* Loads NVRTC, nvJitLink and the unit's sources, and says what was loaded. */
+static void set_up(const config *cfg, const char *outdir, source_set *src) {
+  int rmaj = 0, rmin = 0;
+  unsigned jmaj = 0, jmin = 0;
+  load_nvrtc(cfg->nvrtc_lib);
+  load_nvjitlink(cfg->jl_lib);
   rtc.Version(&rmaj, &rmin);
   jl.Version(&jmaj, &jmin);
-  load_sources(&src, kdir, unit);
+  load_sources(src, cfg->kdir, cfg->unit);
 
-  printf("compile_split: unit %s (%d headers from %s), NVRTC %d.%d, nvJitLink %u.%u\n", unit,
-         src.n_headers, kdir, rmaj, rmin, jmaj, jmin);
+  printf("compile_split: unit %s (%d headers from %s), NVRTC %d.%d, nvJitLink %u.%u\n", cfg->unit,
+         src->n_headers, cfg->kdir, rmaj, rmin, jmaj, jmin);
   printf("targets:");
-  for (int i = 0; i < cfg.n_targets; i++) printf(" %s", cfg.targets[i].name);
-  printf("\nsingle-threaded, one step at a time; reps %d (fastest kept); nvJitLink %s; outputs in %s\n\n",
-         cfg.reps, cfg.jl_cache ? "with its cache" : "-no-cache", outdir);
+  for (int i = 0; i < cfg->n_targets; i++)
+    printf(" %s", cfg->targets[i].name);
+  printf("\nsingle-threaded, one step at a time; reps %d (fastest kept); nvJitLink %s; outputs in "
+         "%s\n\n",
+         cfg->reps, cfg->jl_cache ? "with its cache" : "-no-cache", outdir);
   fflush(stdout);
+}
 
-  /* Warm-up (untimed): loads NVRTC's builtins, ptxas and nvJitLink's code paths. */
-  {
-    source_set w;
-    blob b, c;
-    tm_pair t;
-    const char *o[] = {"-std=c++17", "-arch=sm_80"};
-    const char *lo[] = {"-arch=sm_80", "-no-cache"};
-    const char *ptxo[] = {"-std=c++17", "-arch=compute_80"};
-    memset(&w, 0, sizeof w);
-    w.main_text = "extern \"C\" __global__ void warm(float *x) { x[threadIdx.x] *= 2.0f; }\n";
-    w.main_name = "warm.cu";
-    if (nvrtc_compile(&w, o, 2, OUT_CUBIN, &b, &t) != 0) die("warm-up compile failed");
-    blob_free(&b);
-    if (nvrtc_compile(&w, ptxo, 2, OUT_PTX, &b, &t) != 0) die("warm-up compile failed");
-    if (jitlink(&b, NVJITLINK_INPUT_PTX, lo, 2, 0, &c, &t) != 0) die("warm-up link failed");
-    if (cfg.ptxas) {
-      char wp[1024];
-      target t80 = {80, 0, "sm_80"};
-      snprintf(wp, sizeof wp, "%s/.warm.ptx", outdir);
-      write_whole(wp, b.data, strnlen((char *)b.data, b.size));
-      blob_free(&c);
-      if (ptxas_run(cfg.ptxas, wp, outdir, &t80, &c, &t) != 0) die("warm-up ptxas failed");
-      unlink(wp);
-    }
-    blob_free(&b);
+/* Warm-up (untimed): loads NVRTC's builtins, ptxas and nvJitLink's code paths. */
+static void warm_up(const config *cfg, const char *outdir) {
+  source_set w;
+  blob b, c;
+  tm_pair t;
+  const char *o[] = {"-std=c++17", "-arch=sm_80"};
+  const char *lo[] = {"-arch=sm_80", "-no-cache"};
+  const char *ptxo[] = {"-std=c++17", "-arch=compute_80"};
+  memset(&w, 0, sizeof w);
+  w.main_text = "extern \"C\" __global__ void warm(float *x) { x[threadIdx.x] *= 2.0f; }\n";
+  w.main_name = "warm.cu";
+  if (nvrtc_compile(&w, o, 2, OUT_CUBIN, &b, &t) != 0) die("warm-up compile failed");
+  blob_free(&b);
+  if (nvrtc_compile(&w, ptxo, 2, OUT_PTX, &b, &t) != 0) die("warm-up compile failed");
+  if (jitlink(&b, NVJITLINK_INPUT_PTX, lo, 2, 0, &c, &t) != 0) die("warm-up link failed");
+  if (cfg->ptxas) {
+    char wp[1024];
+    target t80 = {80, 0, "sm_80"};
+    snprintf(wp, sizeof wp, "%s/.warm.ptx", outdir);
+    write_whole(wp, b.data, strnlen((char *)b.data, b.size));
     blob_free(&c);
+    if (ptxas_run(cfg->ptxas, wp, outdir, &t80, &c, &t) != 0) die("warm-up ptxas failed");
+    unlink(wp);
   }
+  blob_free(&b);
+  blob_free(&c);
+}
 
-  /* The front end alone, for the front-end share. */
-  {
-    blob b;
-    if (rtc_front(&cfg, &src, 90, 0, &b, &fe90) != 0) die("front end failed");
-    blob_free(&b);
-    if (rtc_front(&cfg, &src, cfg.fe_arch, 0, &b, &fe80) != 0) die("front end failed");
-    blob_free(&b);
-    if (rtc_front(&cfg, &src, cfg.fe_arch, 1, &b, &fe80lto) != 0) die("front end failed");
-    blob_free(&b);
-    fprintf(stderr, "front end alone: compute_90 PTX %.2f s, compute_%d PTX %.2f s, compute_%d "
-                    "-dlto %.2f s (wall)\n",
-            fe90.wall, cfg.fe_arch, fe80.wall, cfg.fe_arch, fe80lto.wall);
-  }
+/* ---- measurements ------------------------------------------------------------------------- */
 
+/* The front end alone, for the front-end share of one compile. */
+typedef struct fe_alone {
+  tm_pair fe90;    /* -arch=compute_90 (PTX) */
+  tm_pair fe80;    /* -arch=compute_F (PTX) */
+  tm_pair fe80lto; /* -dlto -arch=compute_F (LTO-IR) */
+} fe_alone;
+
+static void measure_front_end(const config *cfg, const source_set *src, fe_alone *fe) {
+  blob b;
+  memset(fe, 0, sizeof *fe);
+  if (rtc_front(cfg, src, 90, 0, &b, &fe->fe90) != 0) die("front end failed");
+  blob_free(&b);
+  if (rtc_front(cfg, src, cfg->fe_arch, 0, &b, &fe->fe80) != 0) die("front end failed");
+  blob_free(&b);
+  if (rtc_front(cfg, src, cfg->fe_arch, 1, &b, &fe->fe80lto) != 0) die("front end failed");
+  blob_free(&b);
+  fprintf(stderr,
+          "front end alone: compute_90 PTX %.2f s, compute_%d PTX %.2f s, compute_%d "
+          "-dlto %.2f s (wall)\n",
+          fe->fe90.wall, cfg->fe_arch, fe->fe80.wall, cfg->fe_arch, fe->fe80lto.wall);
+}
+
+/* Every pipeline asked for; 1 when none failed. */
+static int measure_pipelines(const config *cfg, const source_set *src, const char *outdir,
+                             pipeline *pipes) {
+  int all_ok = 1;
   for (int k = 0; k < NPIPE; k++) {
-    if (!cfg.pipes[k]) continue;
-    if ((k == P_CW || k == P_CWF || k == P_CWX) && !cfg.ptxas) {
+    if (!cfg->pipes[k]) continue;
+    if ((k == P_CW || k == P_CWF || k == P_CWX) && !cfg->ptxas) {
       fprintf(stderr, "[%s] skipped: no ptxas (--ptxas PATH)\n", pipe_tag[k]);
       continue;
     }
-    if (run_pipeline(&cfg, &src, outdir, k, &pipes[k]) != 0) {
+    if (run_pipeline(cfg, src, outdir, k, &pipes[k]) != 0) {
       fprintf(stderr, "pipeline %s failed\n", pipe_tag[k]);
       pipes[k].failed = 1;
       all_ok = 0;
     }
   }
+  return all_ok;
+}
 
-  /* Write what was built. */
+static int pipe_ok(const pipeline *p) {
+  return p->ran && !p->failed;
+}
+
+/* Writes what was built: <outdir>/<pipeline>_<target>.cubin|ptx. */
+static void write_outputs(const config *cfg, const char *outdir, const pipeline *pipes) {
   for (int k = 0; k < NPIPE; k++) {
-    if (!pipes[k].ran || pipes[k].failed) continue;
-    for (int i = 0; i < cfg.n_targets; i++) {
+    if (!pipe_ok(&pipes[k])) continue;
+    for (int i = 0; i < cfg->n_targets; i++) {
       char path[1024];
-      snprintf(path, sizeof path, "%s/%s_%s.%s", outdir, pipe_tag[k], cfg.targets[i].name,
-               cfg.targets[i].ptx ? "ptx" : "cubin");
+      snprintf(path, sizeof path, "%s/%s_%s.%s", outdir, pipe_tag[k], cfg->targets[i].name,
+               cfg->targets[i].ptx ? "ptx" : "cubin");
       write_whole(path, pipes[k].out[i].data,
                   pipes[k].out[i].is_ptx ? strnlen((char *)pipes[k].out[i].data, pipes[k].out[i].size)
                                          : pipes[k].out[i].size);
     }
   }
+}
 
-  /* ---- timing report ---- */
+/* ---- timing report ------------------------------------------------------------------------ */
+
+static double pct(double a, double b) {
+  return b > 0 ? 100.0 * a / b : 0;
+}
+
+static void report_front_end(const config *cfg, const fe_alone *fe) {
   printf("== Front end alone (NVRTC, no ptxas) ==\n");
-  printf("  -arch=compute_90 (PTX)          %7.2f s wall %7.2f s cpu\n", fe90.wall, fe90.cpu);
-  printf("  -arch=compute_%d (PTX)          %7.2f s wall %7.2f s cpu\n", cfg.fe_arch, fe80.wall,
-         fe80.cpu);
-  printf("  -dlto -arch=compute_%d (LTO-IR) %7.2f s wall %7.2f s cpu\n\n", cfg.fe_arch,
-         fe80lto.wall, fe80lto.cpu);
+  printf("  -arch=compute_90 (PTX)          %7.2f s wall %7.2f s cpu\n", fe->fe90.wall,
+         fe->fe90.cpu);
+  printf("  -arch=compute_%d (PTX)          %7.2f s wall %7.2f s cpu\n", cfg->fe_arch,
+         fe->fe80.wall, fe->fe80.cpu);
+  printf("  -dlto -arch=compute_%d (LTO-IR) %7.2f s wall %7.2f s cpu\n\n", cfg->fe_arch,
+         fe->fe80lto.wall, fe->fe80lto.cpu);
+}
 
+static void report_per_target(const config *cfg, const pipeline *pipes) {
   printf("== Per target, seconds wall / cpu (A: the whole NVRTC compile; others: the "
          "per-target step) ==\n");
   printf("%-12s", "target");
   for (int k = 0; k < NPIPE; k++)
-    if (pipes[k].ran && !pipes[k].failed) printf(" %15s", pipe_tag[k]);
+    if (pipe_ok(&pipes[k])) printf(" %15s", pipe_tag[k]);
   printf("\n");
-  for (int i = 0; i < cfg.n_targets; i++) {
-    printf("%-12s", cfg.targets[i].name);
+  for (int i = 0; i < cfg->n_targets; i++) {
+    printf("%-12s", cfg->targets[i].name);
     for (int k = 0; k < NPIPE; k++)
-      if (pipes[k].ran && !pipes[k].failed)
+      if (pipe_ok(&pipes[k]))
         printf("  %5.2f / %5.2f", pipes[k].per_target[i].wall, pipes[k].per_target[i].cpu);
     printf("\n");
   }
   printf("(per-target step, how: ");
   for (int k = 1; k < NPIPE; k++) {
-    if (!pipes[k].ran || pipes[k].failed) continue;
+    if (!pipe_ok(&pipes[k])) continue;
     printf("%s:", pipe_tag[k]);
-    for (int i = 0; i < cfg.n_targets; i++)
-      if (cfg.targets[i].ptx) printf(" %s=%s", cfg.targets[i].name, pipes[k].how[i]);
+    for (int i = 0; i < cfg->n_targets; i++)
+      if (cfg->targets[i].ptx) printf(" %s=%s", cfg->targets[i].name, pipes[k].how[i]);
     printf("; ");
   }
   printf("sm targets: nvJitLink, Cw: ptxas)\n\n");
+}
 
+/* Where A's sm_90 compile spends its time (when sm_90 is a target). */
+static void report_stage_shares(const config *cfg, const pipeline *pipes, const fe_alone *fe) {
+  int i90 = -1;
+  for (int i = 0; i < cfg->n_targets; i++)
+    if (!cfg->targets[i].ptx && cfg->targets[i].arch == 90) i90 = i;
+  if (i90 >= 0 && pipe_ok(&pipes[P_A])) {
+    tm_pair a = pipes[P_A].per_target[i90];
+    printf("A's sm_90 compile, %.2f s cpu: C++ front end (the -dlto compile) %.2f s = %.0f%%; "
+           "with NVVM's optimiser and PTX codegen (the compute_90 PTX compile) %.2f s = %.0f%%",
+           a.cpu, fe->fe80lto.cpu, pct(fe->fe80lto.cpu, a.cpu), fe->fe90.cpu,
+           pct(fe->fe90.cpu, a.cpu));
+    if (pipe_ok(&pipes[P_CW]))
+      printf("; whole-program ptxas (Cw's sm_90 step) %.2f s = %.0f%%",
+             pipes[P_CW].per_target[i90].cpu, pct(pipes[P_CW].per_target[i90].cpu, a.cpu));
+    printf("\n");
+  }
+}
+
+/* The totals per pipeline, then where A's sm_90 compile spends its time. */
+static void report_totals(const config *cfg, const pipeline *pipes, const fe_alone *alone) {
+  tm_pair sum_a = {0, 0};
   printf("== Totals, seconds wall / cpu (sum of the fastest of each step) ==\n");
   printf("%-4s %5s %17s %17s %17s %17s %15s %15s\n", "", "NVRTC", "front end", "per-target",
          "total", "avg run", "total vs A wall", "total vs A cpu");
-  {
-    tm_pair sum_a = {0, 0};
-    for (int i = 0; i < cfg.n_targets; i++) tadd(&sum_a, pipes[P_A].per_target[i]);
-    for (int k = 0; k < NPIPE; k++) {
-      pipeline *p = &pipes[k];
-      tm_pair fe = {0, 0}, be = {0, 0}, sum;
-      int n_rtc = p->n_fe;
-      if (!p->ran || p->failed) continue;
-      for (int i = 0; i < p->n_fe; i++) tadd(&fe, p->fe_time[i]);
-      for (int i = 0; i < cfg.n_targets; i++) {
-        tadd(&be, p->per_target[i]);
-        if (k == P_A || strncmp(p->how[i], "nvrtc", 5) == 0) n_rtc++;
-      }
-      sum = fe;
-      tadd(&sum, be);
-      printf("%-4s %5d %7.1f / %7.1f %7.1f / %7.1f %7.1f / %7.1f %7.1f / %7.1f %6.3f (%+4.0f%%) "
-             "%6.3f (%+4.0f%%)\n",
-             pipe_tag[k], n_rtc, fe.wall, fe.cpu, be.wall, be.cpu, sum.wall, sum.cpu,
-             p->total.wall / cfg.reps, p->total.cpu / cfg.reps, sum.wall / sum_a.wall,
-             pct(sum.wall, sum_a.wall) - 100, sum.cpu / sum_a.cpu, pct(sum.cpu, sum_a.cpu) - 100);
+  for (int i = 0; i < cfg->n_targets; i++)
+    tadd(&sum_a, pipes[P_A].per_target[i]);
+  for (int k = 0; k < NPIPE; k++) {
+    const pipeline *p = &pipes[k];
+    tm_pair fe = {0, 0}, be = {0, 0}, sum;
+    int n_rtc = p->n_fe;
+    if (!pipe_ok(p)) continue;
+    for (int i = 0; i < p->n_fe; i++)
+      tadd(&fe, p->fe_time[i]);
+    for (int i = 0; i < cfg->n_targets; i++) {
+      tadd(&be, p->per_target[i]);
+      if (k == P_A || strncmp(p->how[i], "nvrtc", 5) == 0) n_rtc++;
     }
+    sum = fe;
+    tadd(&sum, be);
+    printf("%-4s %5d %7.1f / %7.1f %7.1f / %7.1f %7.1f / %7.1f %7.1f / %7.1f %6.3f (%+4.0f%%) "
+           "%6.3f (%+4.0f%%)\n",
+           pipe_tag[k], n_rtc, fe.wall, fe.cpu, be.wall, be.cpu, sum.wall, sum.cpu,
+           p->total.wall / cfg->reps, p->total.cpu / cfg->reps, sum.wall / sum_a.wall,
+           pct(sum.wall, sum_a.wall) - 100, sum.cpu / sum_a.cpu, pct(sum.cpu, sum_a.cpu) - 100);
   }
-  {
-    int i90 = -1;
-    for (int i = 0; i < cfg.n_targets; i++)
-      if (!cfg.targets[i].ptx && cfg.targets[i].arch == 90) i90 = i;
-    if (i90 >= 0 && pipes[P_A].ran && !pipes[P_A].failed) {
-      tm_pair a = pipes[P_A].per_target[i90];
-      printf("A's sm_90 compile, %.2f s cpu: C++ front end (the -dlto compile) %.2f s = %.0f%%; "
-             "with NVVM's optimiser and PTX codegen (the compute_90 PTX compile) %.2f s = %.0f%%",
-             a.cpu, fe80lto.cpu, pct(fe80lto.cpu, a.cpu), fe90.cpu, pct(fe90.cpu, a.cpu));
-      if (pipes[P_CW].ran && !pipes[P_CW].failed)
-        printf("; whole-program ptxas (Cw's sm_90 step) %.2f s = %.0f%%",
-               pipes[P_CW].per_target[i90].cpu, pct(pipes[P_CW].per_target[i90].cpu, a.cpu));
-      printf("\n");
-    }
-  }
+  report_stage_shares(cfg, pipes, alone);
   printf("(NVRTC = NVRTC runs; avg run = the pipeline's wall/cpu over all reps / reps)\n\n");
   fflush(stdout);
+}
 
-  /* ---- PTX targets ---- */
+static void report_ptx(const config *cfg, const pipeline *pipes) {
   printf("== PTX targets vs A (comment lines ignored) ==\n");
-  for (int i = 0; i < cfg.n_targets; i++) {
-    if (!cfg.targets[i].ptx) continue;
-    printf("%-12s", cfg.targets[i].name);
+  for (int i = 0; i < cfg->n_targets; i++) {
+    if (!cfg->targets[i].ptx) continue;
+    printf("%-12s", cfg->targets[i].name);
     for (int k = 1; k < NPIPE; k++) {
       int d = 0;
-      if (!pipes[k].ran || pipes[k].failed || pipes[P_A].failed) continue;
+      if (!pipe_ok(&pipes[k]) || pipes[P_A].failed) continue;
       if (ptx_same(&pipes[P_A].out[i], &pipes[k].out[i], &d)) printf("  %s: identical", pipe_tag[k]);
       else printf("  %s: %d lines differ", pipe_tag[k], d);
     }
     printf("\n");
   }
   printf("\n");
+}
 
-  /* ---- SASS report ---- */
-  if (cfg.sass && pipes[P_A].ran && !pipes[P_A].failed) {
-    int loss[NPIPE] = {0}, ident[NPIPE] = {0}, textid[NPIPE] = {0}, fileid[NPIPE] = {0}, n_sm = 0;
-    for (int k = 0; k < NPIPE; k++) {
-      if (!pipes[k].ran || pipes[k].failed) continue;
-      for (int i = 0; i < cfg.n_targets; i++) {
-        char path[1024];
-        if (cfg.targets[i].ptx) continue;
-        snprintf(path, sizeof path, "%s/%s_%s.cubin", outdir, pipe_tag[k], cfg.targets[i].name);
-        analyse(&cfg, path, pipes[k].out[i].log, &sa[k][i]);
-        if (!sa[k][i].ok) die("SASS analysis failed (is cuobjdump at '%s'? set --cuobjdump)",
-                              cfg.cuobjdump);
-      }
-    }
-    printf("== SASS vs A, per sm target ==\n");
-    printf("ins = non-NOP instructions summed over functions; reg = max registers (sum); "
-           "spill = ptxas-reported spill bytes (st+ld), local = LOCAL bytes summed;\n"
-           "same = functions whose instruction text / full encoding (incl. control bits) "
-           "equals A's; worse = functions with more instructions / more registers than A.\n");
-    for (int k = 0; k < NPIPE; k++) {
-      if (!pipes[k].ran || pipes[k].failed) continue;
-      printf("\n-- %s --\n", pipe_title[k]);
-      printf("%-8s %5s %7s %7s %7s %12s %12s %6s %6s %11s %9s %9s\n", "target", "funcs", "ins(A)",
-             "ins", "d_ins", "reg(A)", "reg", "spill", "local", "same txt/enc", "worse i/r",
-             "better i/r");
-      for (int i = 0; i < cfg.n_targets; i++) {
-        sass_cmp c;
-        char ra[32], rx[32];
-        if (cfg.targets[i].ptx) continue;
-        if (k == 0) n_sm++;
-        compare(&sa[P_A][i], &sa[k][i], &c);
-        snprintf(ra, sizeof ra, "%d (%ld)", c.base_maxreg, c.base_sumreg);
-        snprintf(rx, sizeof rx, "%d (%ld)", c.maxreg, c.sumreg);
-        printf("%-8s %5d %7ld %7ld %+7ld %12s %12s %6d %6d %5d/%-5d %4d/%-4d %4d/%-4d%s\n",
-               cfg.targets[i].name, c.funcs, c.base_ins, c.ins, c.ins - c.base_ins, ra, rx,
-               c.spills, c.local, c.same_text, c.same_enc, c.more_ins, c.more_reg, c.fewer_ins,
-               c.fewer_reg, c.missing || c.extra ? "  (function sets differ!)" : "");
-        if (c.more_ins || c.more_reg || c.spills > 0 || c.local > 0 || c.missing) loss[k]++;
-        if (c.same_enc == c.funcs && !c.missing && !c.extra) ident[k]++;
-        if (c.same_text == c.funcs && !c.missing && !c.extra) textid[k]++;
-        if (pipes[k].out[i].size == pipes[P_A].out[i].size &&
-            memcmp(pipes[k].out[i].data, pipes[P_A].out[i].data, pipes[k].out[i].size) == 0)
-          fileid[k]++;
-      }
-    }
-    printf("\n== SASS summary (over %d sm targets) ==\n", n_sm);
-    for (int k = 1; k < NPIPE; k++) {
-      if (!pipes[k].ran || pipes[k].failed) continue;
-      printf("%-3s byte-identical SASS on %d/%d targets (whole CUBIN file identical on %d), same "
-             "instruction text on %d/%d; targets with a loss (more ins or regs in any function, "
-             "or spills): %d\n",
-             pipe_tag[k], ident[k], n_sm, fileid[k], textid[k], n_sm, loss[k]);
+/* ---- SASS report -------------------------------------------------------------------------- */
+
+/* Per pipeline, over the sm targets. */
+typedef struct sass_tally {
+  int loss[NPIPE], ident[NPIPE], textid[NPIPE], fileid[NPIPE], n_sm;
+} sass_tally;
+
+/* cuobjdump over every CUBIN written; dies when it cannot. */
+static void analyse_all(const config *cfg, const char *outdir, const pipeline *pipes,
+                        sass sa[NPIPE][MAX_TARGETS]) {
+  for (int k = 0; k < NPIPE; k++) {
+    if (!pipe_ok(&pipes[k])) continue;
+    for (int i = 0; i < cfg->n_targets; i++) {
+      char path[1024];
+      if (cfg->targets[i].ptx) continue;
+      snprintf(path, sizeof path, "%s/%s_%s.cubin", outdir, pipe_tag[k], cfg->targets[i].name);
+      analyse(cfg, path, pipes[k].out[i].log, &sa[k][i]);
+      if (!sa[k][i].ok)
+        die("SASS analysis failed (is cuobjdump at '%s'? set --cuobjdump)", cfg->cuobjdump);
     }
   }
+}
+
+/* Pipeline k's table against A, one row per sm target, counted into t. */
+static void report_sass_pipeline(const config *cfg, const pipeline *pipes,
+                                 sass sa[NPIPE][MAX_TARGETS], int k, sass_tally *t) {
+  printf("\n-- %s --\n", pipe_title[k]);
+  printf("%-8s %5s %7s %7s %7s %12s %12s %6s %6s %11s %9s %9s\n", "target", "funcs", "ins(A)",
+         "ins", "d_ins", "reg(A)", "reg", "spill", "local", "same txt/enc", "worse i/r",
+         "better i/r");
+  for (int i = 0; i < cfg->n_targets; i++) {
+    sass_cmp c;
+    char ra[32], rx[32];
+    if (cfg->targets[i].ptx) continue;
+    if (k == 0) t->n_sm++;
+    compare(&sa[P_A][i], &sa[k][i], &c);
+    snprintf(ra, sizeof ra, "%d (%ld)", c.base_maxreg, c.base_sumreg);
+    snprintf(rx, sizeof rx, "%d (%ld)", c.maxreg, c.sumreg);
+    printf("%-8s %5d %7ld %7ld %+7ld %12s %12s %6d %6d %5d/%-5d %4d/%-4d %4d/%-4d%s\n",
+           cfg->targets[i].name, c.funcs, c.base_ins, c.ins, c.ins - c.base_ins, ra, rx, c.spills,
+           c.local, c.same_text, c.same_enc, c.more_ins, c.more_reg, c.fewer_ins, c.fewer_reg,
+           c.missing || c.extra ? "  (function sets differ!)" : "");
+    if (c.more_ins || c.more_reg || c.spills > 0 || c.local > 0 || c.missing) t->loss[k]++;
+    if (c.same_enc == c.funcs && !c.missing && !c.extra) t->ident[k]++;
+    if (c.same_text == c.funcs && !c.missing && !c.extra) t->textid[k]++;
+    if (pipes[k].out[i].size == pipes[P_A].out[i].size &&
+        memcmp(pipes[k].out[i].data, pipes[P_A].out[i].data, pipes[k].out[i].size) == 0)
+      t->fileid[k]++;
+  }
+}
+
+static void report_sass(const config *cfg, const char *outdir, const pipeline *pipes,
+                        sass sa[NPIPE][MAX_TARGETS]) {
+  sass_tally t;
+  memset(&t, 0, sizeof t);
+  analyse_all(cfg, outdir, pipes, sa);
+  printf("== SASS vs A, per sm target ==\n");
+  printf("ins = non-NOP instructions summed over functions; reg = max registers (sum); "
+         "spill = ptxas-reported spill bytes (st+ld), local = LOCAL bytes summed;\n"
+         "same = functions whose instruction text / full encoding (incl. control bits) "
+         "equals A's; worse = functions with more instructions / more registers than A.\n");
+  for (int k = 0; k < NPIPE; k++)
+    if (pipe_ok(&pipes[k])) report_sass_pipeline(cfg, pipes, sa, k, &t);
+  printf("\n== SASS summary (over %d sm targets) ==\n", t.n_sm);
+  for (int k = 1; k < NPIPE; k++) {
+    if (!pipe_ok(&pipes[k])) continue;
+    printf("%-3s byte-identical SASS on %d/%d targets (whole CUBIN file identical on %d), same "
+           "instruction text on %d/%d; targets with a loss (more ins or regs in any function, "
+           "or spills): %d\n",
+           pipe_tag[k], t.ident[k], t.n_sm, t.fileid[k], t.textid[k], t.n_sm, t.loss[k]);
+  }
+}
+
+/* ---- main ---------------------------------------------------------------------------------- */
+
+int main(int argc, char **argv) {
+  config cfg;
+  source_set src;
+  fe_alone fe;
+  static pipeline pipes[NPIPE];
+  static sass sa[NPIPE][MAX_TARGETS];
+  char outdir[512];
+  int all_ok;
+
+  parse_args(&cfg, argc, argv);
+  make_outdir(&cfg, outdir, sizeof outdir);
+  set_up(&cfg, outdir, &src);
+  warm_up(&cfg, outdir);
+
+  measure_front_end(&cfg, &src, &fe);
+  all_ok = measure_pipelines(&cfg, &src, outdir, pipes);
+  write_outputs(&cfg, outdir, pipes);
+
+  report_front_end(&cfg, &fe);
+  report_per_target(&cfg, pipes);
+  report_totals(&cfg, pipes, &fe);
+  report_ptx(&cfg, pipes);
+  if (cfg.sass && pipe_ok(&pipes[P_A])) report_sass(&cfg, outdir, pipes, sa);
+
   printf("\noutputs: %s\n", outdir);
   for (int k = 0; k < NPIPE; k++)
     for (int i = 0; i < MAX_TARGETS; i++) sass_free(&sa[k][i]);
