@@ -154,8 +154,8 @@ static void write_whole(const char *path, const void *data, size_t n) {
 static struct {
   const char *(*GetErrorString)(nvrtcResult);
   nvrtcResult (*Version)(int *, int *);
-  nvrtcResult (*CreateProgram)(nvrtcProgram *, const char *, const char *, int,
-                               const char *const *, const char *const *);
+  nvrtcResult (*CreateProgram)(nvrtcProgram *, const char *, const char *, int, const char *const *,
+                               const char *const *);
   nvrtcResult (*DestroyProgram)(nvrtcProgram *);
   nvrtcResult (*CompileProgram)(nvrtcProgram, int, const char *const *);
   nvrtcResult (*GetPTXSize)(nvrtcProgram, size_t *);
@@ -379,7 +379,8 @@ static int jitlink(const blob *in, nvJitLinkInputType type, const char **opts, i
   r = jl.Create(&h, (uint32_t)nopts, opts);
   if (r != NVJITLINK_SUCCESS) {
     fprintf(stderr, "nvJitLinkCreate failed (%d) with options:", (int)r);
-    for (int i = 0; i < nopts; i++) fprintf(stderr, " %s", opts[i]);
+    for (int i = 0; i < nopts; i++)
+      fprintf(stderr, " %s", opts[i]);
     fputc('\n', stderr);
     if (h) jl.Destroy(&h);
     *t = tsince(t0);
@@ -473,7 +474,7 @@ typedef struct config {
 } config;
 
 /* Keeps the fastest of reps (by wall time), and the output of the last. */
-#define REPEAT(cfg, tmin, call)                                                                     \
+#define REPEAT(cfg, tmin, call)                                                                    \
   do {                                                                                             \
     (tmin).wall = (tmin).cpu = 1e30;                                                               \
     for (int rep_ = 0; rep_ < (cfg)->reps; rep_++) {                                               \
@@ -560,12 +561,14 @@ static int jl_back(const config *cfg, const blob *in, int lto, const target *t, 
   snprintf(arch, sizeof arch, "-arch=%s", t->name);
   opts[n++] = arch;
   if (lto) opts[n++] = "-lto";
-  if (t->ptx) opts[n++] = "-ptx";
-  else opts[n++] = "-Xptxas=-v";
+  if (t->ptx)
+    opts[n++] = "-ptx";
+  else
+    opts[n++] = "-Xptxas=-v";
   if (!cfg->jl_cache) opts[n++] = "-no-cache";
-  REPEAT(cfg, *tmin,
-         jitlink(in, lto ? NVJITLINK_INPUT_LTOIR : NVJITLINK_INPUT_PTX, opts, n, t->ptx, &cur_,
-                 &tt_));
+  REPEAT(
+      cfg, *tmin,
+      jitlink(in, lto ? NVJITLINK_INPUT_LTOIR : NVJITLINK_INPUT_PTX, opts, n, t->ptx, &cur_, &tt_));
   *out = cur_;
   return 0;
 }
@@ -652,12 +655,14 @@ static int run_pipeline(const config *cfg, const source_set *s, const char *dir,
     fprintf(stderr, "  %-12s %-20s %7.2f s wall %7.2f s cpu\n", t->name, p->how[i],
             p->per_target[i].wall, p->per_target[i].cpu);
   }
-  for (int i = 0; use_ptxas && i < p->n_fe; i++) unlink(ptx_path[i]);
+  for (int i = 0; use_ptxas && i < p->n_fe; i++)
+    unlink(ptx_path[i]);
   p->total = tsince(t0);
   return 0;
 }
 
-/* ---- SASS ------------------------------------------------------------------------------------- */
+/* ---- SASS -------------------------------------------------------------------------------------
+ */
 
 typedef struct sass_fn {
   char *name;
@@ -705,7 +710,8 @@ static int run_lines(const char *cmd, char ***lines_out) {
     lines[n++] = xstrdup(buf);
   }
   if (pclose(f) != 0) {
-    for (int i = 0; i < n; i++) free(lines[i]);
+    for (int i = 0; i < n; i++)
+      free(lines[i]);
     free(lines);
     *lines_out = NULL;
     return -1;
@@ -726,8 +732,10 @@ static int log_spills(const char *log) {
   int total = -1, a, b, c;
   while (p && (p = strstr(p, "bytes stack frame")) != NULL) {
     const char *d = p;
-    while (d > log && d[-1] != '\n') d--;
-    while (*d && (*d < '0' || *d > '9')) d++;
+    while (d > log && d[-1] != '\n')
+      d--;
+    while (*d && (*d < '0' || *d > '9'))
+      d++;
     if (sscanf(d, "%d bytes stack frame, %d bytes spill stores, %d bytes spill loads", &a, &b,
                &c) == 3)
       total = (total < 0 ? 0 : total) + b + c;
@@ -782,7 +790,8 @@ static void analyse(const config *cfg, const char *cubin_path, const char *log, 
             sp = 0;
           }
         }
-        while (k && ins[k - 1] == ' ') k--;
+        while (k && ins[k - 1] == ' ')
+          k--;
         ins[k++] = '\n';
         append(&cur->text, &fb.tlen, &fb.tcap, ins, k);
         cur->n_ins++;
@@ -796,7 +805,8 @@ static void analyse(const config *cfg, const char *cubin_path, const char *log, 
       }
     }
   }
-  for (int i = 0; i < n; i++) free(lines[i]);
+  for (int i = 0; i < n; i++)
+    free(lines[i]);
   free(lines);
   qsort(out->fn, (size_t)out->n, sizeof *out->fn, cmp_fn);
 
@@ -820,14 +830,15 @@ static void analyse(const config *cfg, const char *cubin_path, const char *log, 
     if (strstr(r, "LOCAL:")) f->local = atoi(strstr(r, "LOCAL:") + 6);
     f->have_res = 1;
   }
-  for (int i = 0; i < n; i++) free(lines[i]);
+  for (int i = 0; i < n; i++)
+    free(lines[i]);
   free(lines);
   out->ok = 1;
 }
 
 typedef struct sass_cmp {
   int funcs, missing, extra;
-  long ins, base_ins;  /* non-NOP instructions, summed */
+  long ins, base_ins; /* non-NOP instructions, summed */
   int maxreg, base_maxreg;
   long sumreg, base_sumreg;
   int local, spills;
@@ -880,8 +891,10 @@ static int ptx_same(const blob *a, const blob *b, int *diff_lines) {
   int same = 1, d = 0;
   for (;;) {
     const char *pn, *qn;
-    while (p < pe && strncmp(p, "//", 2) == 0) p = (pn = memchr(p, '\n', (size_t)(pe - p))) ? pn + 1 : pe;
-    while (q < qe && strncmp(q, "//", 2) == 0) q = (qn = memchr(q, '\n', (size_t)(qe - q))) ? qn + 1 : qe;
+    while (p < pe && strncmp(p, "//", 2) == 0)
+      p = (pn = memchr(p, '\n', (size_t)(pe - p))) ? pn + 1 : pe;
+    while (q < qe && strncmp(q, "//", 2) == 0)
+      q = (qn = memchr(q, '\n', (size_t)(qe - q))) ? qn + 1 : qe;
     if (p >= pe || q >= qe) {
       if (p < pe || q < qe) same = 0, d++;
       break;
@@ -911,7 +924,8 @@ static void usage(void) {
         "  --out DIR          where the cubins/PTX go (default a new /tmp/compile_split.XXXXXX)\n"
         "  --cuobjdump PATH   (default $CUOBJDUMP, else cuobjdump on PATH)\n"
         "  --no-sass          skip the SASS comparison\n"
-        "  --ptxas PATH       the ptxas binary for Cw, Cwf, Cwx (default " COMPILE_SPLIT_PTXAS ", if there)\n"
+        "  --ptxas PATH       the ptxas binary for Cw, Cwf, Cwx (default " COMPILE_SPLIT_PTXAS
+        ", if there)\n"
         "  --jl-cache         let nvJitLink cache (default: -no-cache, so reps stay honest)\n"
         "  --nvrtc LIB        (default libnvrtc.so.13)\n"
         "  --nvjitlink LIB    (default libnvJitLink.so.13)\n",
@@ -925,9 +939,12 @@ static void parse_targets(config *cfg, const char *list) {
   for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
     target t = {0, 0, ""};
     if (cfg->n_targets == MAX_TARGETS) die("too many targets");
-    if (sscanf(tok, "sm_%d", &t.arch) == 1) t.ptx = 0;
-    else if (sscanf(tok, "compute_%d", &t.arch) == 1) t.ptx = 1;
-    else die("bad target '%s' (sm_XY or compute_XY)", tok);
+    if (sscanf(tok, "sm_%d", &t.arch) == 1)
+      t.ptx = 0;
+    else if (sscanf(tok, "compute_%d", &t.arch) == 1)
+      t.ptx = 1;
+    else
+      die("bad target '%s' (sm_XY or compute_XY)", tok);
     snprintf(t.name, sizeof t.name, "%s_%d", t.ptx ? "compute" : "sm", t.arch);
     cfg->targets[cfg->n_targets++] = t;
   }
@@ -986,12 +1003,14 @@ static void parse_args(config *cfg, int argc, char **argv) {
       cfg->nvrtc_lib = argv[++i];
     else if (strcmp(a, "--nvjitlink") == 0 && i + 1 < argc)
       cfg->jl_lib = argv[++i];
-    else if (a[0] == '-') usage();
+    else if (a[0] == '-')
+      usage();
     else if (!cfg->kdir)
       cfg->kdir = a;
     else if (!cfg->unit)
       cfg->unit = a;
-    else usage();
+    else
+      usage();
   }
   if (!cfg->kdir || !cfg->unit) usage();
   cfg->fe_arch = 0;
@@ -1117,8 +1136,9 @@ static void write_outputs(const config *cfg, const char *outdir, const pipeline 
       snprintf(path, sizeof path, "%s/%s_%s.%s", outdir, pipe_tag[k], cfg->targets[i].name,
                cfg->targets[i].ptx ? "ptx" : "cubin");
       write_whole(path, pipes[k].out[i].data,
-                  pipes[k].out[i].is_ptx ? strnlen((char *)pipes[k].out[i].data, pipes[k].out[i].size)
-                                         : pipes[k].out[i].size);
+                  pipes[k].out[i].is_ptx
+                      ? strnlen((char *)pipes[k].out[i].data, pipes[k].out[i].size)
+                      : pipes[k].out[i].size);
     }
   }
 }
@@ -1222,8 +1242,10 @@ static void report_ptx(const config *cfg, const pipeline *pipes) {
     for (int k = 1; k < NPIPE; k++) {
       int d = 0;
       if (!pipe_ok(&pipes[k]) || pipes[P_A].failed) continue;
-      if (ptx_same(&pipes[P_A].out[i], &pipes[k].out[i], &d)) printf("  %s: identical", pipe_tag[k]);
-      else printf("  %s: %d lines differ", pipe_tag[k], d);
+      if (ptx_same(&pipes[P_A].out[i], &pipes[k].out[i], &d))
+        printf("  %s: identical", pipe_tag[k]);
+      else
+        printf("  %s: %d lines differ", pipe_tag[k], d);
     }
     printf("\n");
   }
@@ -1331,6 +1353,7 @@ int main(int argc, char **argv) {
 
   printf("\noutputs: %s\n", outdir);
   for (int k = 0; k < NPIPE; k++)
-    for (int i = 0; i < MAX_TARGETS; i++) sass_free(&sa[k][i]);
+    for (int i = 0; i < MAX_TARGETS; i++)
+      sass_free(&sa[k][i]);
   return all_ok ? 0 : 1;
 }

@@ -135,8 +135,8 @@ kiln_status kiln_cache_set_remote(kiln_cache *c, const kiln_remote_options *opts
   memcpy(r->url, url, len);
   memcpy(cfg->base, url, len);
   r->tls = strncmp(url, "https://", 8) == 0;
-  KILN_CHECK(kiln_option_int(&r->upload, o->upload, KILN_P_remote_upload,
-                             "kiln_remote_options.upload"));
+  KILN_CHECK(
+      kiln_option_int(&r->upload, o->upload, KILN_P_remote_upload, "kiln_remote_options.upload"));
   keyfile = kiln_option_str(o->hmac_key_file, KILN_P_remote_hmac_key_file);
   if (keyfile && *keyfile)
     KILN_CHECK(read_secret(keyfile, "the HMAC key file", &r->key, &r->key_len));

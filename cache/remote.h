@@ -20,24 +20,28 @@
 typedef struct kiln_http kiln_http;
 
 typedef struct kiln_http_config {
-  char base[2048];            /* "http://host:port/prefix", no trailing '/' */
-  char token[1024];           /* bearer token ("" none); sent as a header, never logged */
-  int netrc;                  /* let libcurl read credentials from .netrc ($NETRC or ~/.netrc) */
-  char ca_file[4096];         /* "" the system's CA store */
+  char base[2048];    /* "http://host:port/prefix", no trailing '/' */
+  char token[1024];   /* bearer token ("" none); sent as a header, never logged */
+  int netrc;          /* let libcurl read credentials from .netrc ($NETRC or ~/.netrc) */
+  char ca_file[4096]; /* "" the system's CA store */
   long connect_timeout_ms;
-  long timeout_ms;            /* whole request */
-  int retries;                /* extra attempts on connection errors, timeouts and 5xx */
-  long backoff_ms;            /* first retry delay; doubles, with jitter; capped at 2 s */
-  int parallel;               /* transfers at once */
-  int breaker_threshold;      /* consecutive failed requests (after their retries) that
-                                 turn the remote off for this process */
+  long timeout_ms;       /* whole request */
+  int retries;           /* extra attempts on connection errors, timeouts and 5xx */
+  long backoff_ms;       /* first retry delay; doubles, with jitter; capped at 2 s */
+  int parallel;          /* transfers at once */
+  int breaker_threshold; /* consecutive failed requests (after their retries) that
+                            turn the remote off for this process */
 } kiln_http_config;
 
-typedef enum kiln_http_method { KILN_HTTP_GET = 0, KILN_HTTP_HEAD = 1, KILN_HTTP_PUT = 2 } kiln_http_method;
+typedef enum kiln_http_method {
+  KILN_HTTP_GET = 0,
+  KILN_HTTP_HEAD = 1,
+  KILN_HTTP_PUT = 2
+} kiln_http_method;
 
 typedef struct kiln_http_req {
   kiln_http_method method;
-  char path[160];       /* relative to base: "ac/<key>" or "cas/<digest>" */
+  char path[160]; /* relative to base: "ac/<key>" or "cas/<digest>" */
   /* PUT: the body */
   const void *body;
   size_t body_len;
@@ -49,16 +53,16 @@ typedef struct kiln_http_req {
   uint64_t max_bytes;
   const char *expect_digest;
   /* results */
-  long status;          /* HTTP status; 0 when no answer came */
-  kiln_status rc;       /* OK: 2xx; ENOTFOUND: 404; EPERM: 401/403; EUNSUPPORTED: 405/501
-                           (e.g. PUT refused); ECORRUPT: body too long, short or wrong
-                           digest; ETIMEDOUT: timed out; EREMOTE: anything else
-                           (connection refused, 5xx after retries, breaker open) */
-  uint8_t *data;        /* GET into memory: the body (NUL-terminated), free() */
+  long status;    /* HTTP status; 0 when no answer came */
+  kiln_status rc; /* OK: 2xx; ENOTFOUND: 404; EPERM: 401/403; EUNSUPPORTED: 405/501
+                     (e.g. PUT refused); ECORRUPT: body too long, short or wrong
+                     digest; ETIMEDOUT: timed out; EREMOTE: anything else
+                     (connection refused, 5xx after retries, breaker open) */
+  uint8_t *data;  /* GET into memory: the body (NUL-terminated), free() */
   size_t len;
   uint64_t bytes_down, bytes_up; /* over every attempt */
   int attempts;
-  char error[256];      /* one line: method, path, status or curl's error; no secrets */
+  char error[256]; /* one line: method, path, status or curl's error; no secrets */
 } kiln_http_req;
 
 kiln_status kiln_http_new(kiln_http **out, const kiln_http_config *cfg);

@@ -317,10 +317,8 @@ static int retryable_curl(CURLcode cc) {
   case CURLE_GOT_NOTHING:
   case CURLE_HTTP2:
   case CURLE_HTTP2_STREAM:
-  case CURLE_SSL_CONNECT_ERROR:
-    return 1;
-  default:
-    return 0;
+  case CURLE_SSL_CONNECT_ERROR: return 1;
+  default: return 0;
   }
 }
 
