@@ -10,6 +10,7 @@
 #include <unistd.h> /* access */
 
 #include "cache/remote.h"
+#include "cache/sql.h"
 #include "cache/store.h"
 #include "common/clock.h"
 #include "common/error.h"
@@ -184,19 +185,11 @@ void kiln_remote_stats_add(kiln_cache *c, kiln_remote_stats *d) {
                            "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value";
   kiln_status rc = kiln_txn_begin(c, "count remote traffic");
   if (rc != KILN_OK) goto out;
-  for (int i = 0; i < N_STATS && rc == KILN_OK; i++) {
-    sqlite3_stmt *st = NULL;
-    int r;
-    if (!*stat_field(d, i)) continue;
-    r = sqlite3_prepare_v2(c->primary.db, sql, -1, &st, NULL);
-    if (r == SQLITE_OK) {
-      sqlite3_bind_text(st, 1, stat_names[i], -1, SQLITE_STATIC);
-      sqlite3_bind_int64(st, 2, (sqlite3_int64)*stat_field(d, i));
-      r = sqlite3_step(st);
-    }
-    if (r != SQLITE_DONE) rc = kiln_sql_fail(c->primary.db, r, "count remote traffic");
-    sqlite3_finalize(st);
-  }
+  for (int i = 0; i < N_STATS && rc == KILN_OK; i++)
+    if (*stat_field(d, i))
+      rc = kiln_sql_run(c->primary.db, sql,
+                        SQL_ARGS(SQL_TEXT(stat_names[i]), SQL_INT((int64_t)*stat_field(d, i))),
+                        "count remote traffic");
   rc = kiln_txn_end(c, rc, "count remote traffic");
 out:
   if (rc != KILN_OK) kiln_log(KILN_LOG_DEBUG, "%s", kiln_last_error());
@@ -204,20 +197,21 @@ out:
 
 kiln_status kiln_remote_stats_get(kiln_remote_stats *out, kiln_cache *c) {
   sqlite3_stmt *st = NULL;
-  int r;
+  kiln_status rc;
+  int row = 0;
   if (!c || !out) return kiln_fail(KILN_EINVAL, "kiln_remote_stats_get: NULL argument");
   memset(out, 0, sizeof *out);
-  r = sqlite3_prepare_v2(c->primary.db, "SELECT name, value FROM remote_stats", -1, &st, NULL);
-  while (r == SQLITE_OK && (r = sqlite3_step(st)) == SQLITE_ROW) {
+  KILN_CHECK(kiln_sql_prepare(&st, c->primary.db, "SELECT name, value FROM remote_stats", NULL, 0,
+                              "read remote totals"));
+  while ((rc = kiln_sql_step(&row, st, "read remote totals")) == KILN_OK && row) {
     const char *name = (const char *)sqlite3_column_text(st, 0);
     for (int i = 0; i < N_STATS; i++)
       if (name && strcmp(name, stat_names[i]) == 0)
         *stat_field(out, i) = (uint64_t)sqlite3_column_int64(st, 1);
-    r = SQLITE_OK;
   }
+out:
   sqlite3_finalize(st);
-  if (r != SQLITE_DONE) return kiln_sql_fail(c->primary.db, r, "read remote totals");
-  return KILN_OK;
+  return rc;
 }
 
 /* ---- check (kiln doctor) ---- */

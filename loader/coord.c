@@ -262,12 +262,6 @@ kiln_status kiln_comm_check(const kiln_comm *c) {
   return KILN_OK;
 }
 
-void kiln_comm_free(kiln_comm *c) {
-  if (!c) return;
-  if (c->destroy) c->destroy(c->self);
-  free(c);
-}
-
 kiln_status kiln_coord_fail(const kiln_comm *comm, double timeout_s) {
   kiln_coord_report rep;
   coord_params p;

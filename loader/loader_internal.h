@@ -17,10 +17,10 @@
  *   resolve_local.c   step 2: the cached candidates, in select.c's order
  *   module.c          contexts, load one record, entry lookup, unload
  *   select.c          which records a device can load, best first
- *   comm_open.c       kiln_comm_open: a transport by name
  *   coord_single.c, coord_nccl.c   transports
  *   driver.c          libcuda's function table, device facts
- *   comm.c            kiln_comm_error, for any transport (calls common/ only)
+ *   comm.c            kiln_comm_error, kiln_comm_free, kiln_comm_open (a transport by
+ *                     name; "mpi" dlopens libkiln_mpi): for any transport
  */
 #ifndef KILN_LOADER_INTERNAL_H
 #define KILN_LOADER_INTERNAL_H
