@@ -70,17 +70,17 @@ typedef struct fixed_unit {
 } fixed_unit;
 
 #define FIXED_UNIT(unit, dir, summary)                                                             \
-  {#unit, dir "/" #unit ".cu", summary, unit##_entries, sizeof unit##_entries / sizeof *unit##_entries},
+  {#unit, dir "/" #unit ".cu", summary, unit##_entries, sizeof unit##_entries / sizeof *unit##_entries}
 static const fixed_unit fixed_units[] = {
-    FIXED_UNIT(layer_norm, "norm", "y = (x - mean) * rstd * gamma + beta over the last dimension")
-    FIXED_UNIT(rms_norm, "norm", "y = x * rsqrt(mean(x^2) + eps) * gamma over the last dimension")
+    FIXED_UNIT(layer_norm, "norm", "y = (x - mean) * rstd * gamma + beta over the last dimension"),
+    FIXED_UNIT(rms_norm, "norm", "y = x * rsqrt(mean(x^2) + eps) * gamma over the last dimension"),
     FIXED_UNIT(embedding, "embedding",
-               "rows of a vocabulary partition gathered by token id; bad ids reported, never a fault")
-    FIXED_UNIT(bias_gelu, "activation", "y = gelu_tanh(x + bias)")
-    FIXED_UNIT(bias_swiglu, "activation", "y = silu(a + bias_a) * (b + bias_b), x = [a | b]")
+               "rows of a vocabulary partition gathered by token id; bad ids reported, never a fault"),
+    FIXED_UNIT(bias_gelu, "activation", "y = gelu_tanh(x + bias)"),
+    FIXED_UNIT(bias_swiglu, "activation", "y = silu(a + bias_a) * (b + bias_b), x = [a | b]"),
     FIXED_UNIT(bias_dropout_add, "dropout",
-               "y = residual + dropout(x + bias), Philox-4x32-10 mask from (seed, offset)")
-    FIXED_UNIT(rope, "rope", "rotary position embedding, rotate-half or interleaved, sbhd or bshd")
+               "y = residual + dropout(x + bias), Philox-4x32-10 mask from (seed, offset)"),
+    FIXED_UNIT(rope, "rope", "rotary position embedding, rotate-half or interleaved, sbhd or bshd"),
     FIXED_UNIT(cross_entropy, "cross_entropy",
                "cross-entropy over a vocabulary partition; gradient in place of the logits")};
 
