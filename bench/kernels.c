@@ -151,8 +151,7 @@ static kiln_status launch(const bench *bn, const job *j, op_id op) {
     return kiln_bias_gelu_fwd(l, j->dt, P(j->y), P(j->x), P(j->w1), t, h, NULL);
   case GELU_BWD:
     return kiln_bias_gelu_bwd(l, j->dt, P(j->dx), P(j->dy), P(j->x), P(j->w1), t, h, NULL);
-  case SWIGLU_FWD:
-    return kiln_bias_swiglu_fwd(l, j->dt, P(j->y), P(j->x), P(j->w1), t, h, NULL);
+  case SWIGLU_FWD: return kiln_bias_swiglu_fwd(l, j->dt, P(j->y), P(j->x), P(j->w1), t, h, NULL);
   case SWIGLU_BWD:
     return kiln_bias_swiglu_bwd(l, j->dt, P(j->dx), P(j->dy), P(j->x), P(j->w1), t, h, NULL);
   case BDA_FWD: /* w1 bias, w2 residual [t, h] */
@@ -446,9 +445,7 @@ static void run_one(bench *bn, family f, kiln_dtype dt, kiln_dtype wdt, int h, l
     snprintf(j.shape, sizeof j.shape, "%lldx%d V=%lld tp=%d", j.t, h, v, bn->tp);
     run_embedding(bn, &j);
     break;
-  case F_ROPE:
-    run_rope(bn, &j);
-    break;
+  case F_ROPE: run_rope(bn, &j); break;
   case F_CROSS_ENTROPY:
     snprintf(j.shape, sizeof j.shape, "%lldx%lld", j.t, v);
     run_cross_entropy(bn, &j);

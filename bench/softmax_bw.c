@@ -66,10 +66,8 @@ static kiln_status launch(const bench *bn, op_id op) {
   const uint8_t *m = (const uint8_t *)(uintptr_t)bn->mask;
   kiln_loader *l = bn->env.l;
   switch (op) {
-  case SOFTMAX_FWD:
-    return kiln_scaled_softmax_fwd(l, bn->dt, B, A, rows, bn->sk, scale, NULL);
-  case SOFTMAX_BWD:
-    return kiln_scaled_softmax_bwd(l, bn->dt, C, B, A, rows, bn->sk, scale, NULL);
+  case SOFTMAX_FWD: return kiln_scaled_softmax_fwd(l, bn->dt, B, A, rows, bn->sk, scale, NULL);
+  case SOFTMAX_BWD: return kiln_scaled_softmax_bwd(l, bn->dt, C, B, A, rows, bn->sk, scale, NULL);
   case MASKED_FWD:
     return kiln_scaled_masked_softmax_fwd(l, bn->dt, B, A, m, bn->b, bn->h, bn->sq, bn->sk, bn->b,
                                           scale, NULL);
@@ -93,17 +91,12 @@ static double op_bytes(const bench *bn, op_id op) {
     lower += i + 1 < bn->sk ? i + 1 : bn->sk;
   lower *= (double)bn->b * bn->h;
   switch (op) {
-  case SOFTMAX_FWD:
-    return 2 * n * es;
-  case MASKED_FWD:
-    return 2 * n * es + (double)bn->b * bn->sq * bn->sk;
+  case SOFTMAX_FWD: return 2 * n * es;
+  case MASKED_FWD: return 2 * n * es + (double)bn->b * bn->sq * bn->sk;
   case SOFTMAX_BWD:
-  case MASKED_BWD:
-    return 3 * n * es;
-  case CAUSAL_FWD:
-    return (lower + n) * es;
-  default:
-    return (2 * lower + n) * es;
+  case MASKED_BWD: return 3 * n * es;
+  case CAUSAL_FWD: return (lower + n) * es;
+  default: return (2 * lower + n) * es;
   }
 }
 

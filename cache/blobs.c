@@ -108,8 +108,7 @@ out:
   return rc;
 }
 
-kiln_status kiln_blob_quarantine(kiln_cache *c, const char *digest, const char *why_in,
-                                 int force) {
+kiln_status kiln_blob_quarantine(kiln_cache *c, const char *digest, const char *why_in, int force) {
   char path[KILN_PATH_MAX], dest[KILN_PATH_MAX], why[256];
   kiln_status rc;
   int n;
@@ -142,7 +141,8 @@ out:
   return rc;
 }
 
-kiln_status kiln_cache_read_blob(uint8_t **out, size_t *out_size, kiln_cache *c, const char *digest) {
+kiln_status kiln_cache_read_blob(uint8_t **out, size_t *out_size, kiln_cache *c,
+                                 const char *digest) {
   kiln_status rc = kiln_blob_read(c->primary.dir, digest, UINT64_MAX, out, out_size);
   if (rc == KILN_ECORRUPT) kiln_blob_quarantine(c, digest, kiln_last_error(), 0);
   for (size_t i = 0; rc != KILN_OK && i < c->n_layers; i++)

@@ -91,7 +91,7 @@ static kiln_status peek(kiln_cache *c, const char *key, int64_t stale_ms, int ig
   *stale = row->present && strcmp(row->token, c->token) != 0 &&
            (now - row->heartbeat_ms > stale_ms || holder_dead(c, row->host, row->pid));
   *state = row->present && strcmp(row->token, c->token) != 0 && !*stale ? KILN_LEASE_HELD
-                                                                          : KILN_LEASE_ACQUIRED;
+                                                                        : KILN_LEASE_ACQUIRED;
 out:
   return rc;
 }

@@ -61,7 +61,8 @@ static void touch(kiln_cache *c, const kiln_record *rec) {
     kiln_log(KILN_LOG_DEBUG, "touch %s: %s", rec->key, kiln_last_error());
 }
 
-kiln_status kiln_cache_get(kiln_record *out_rec, uint8_t **out_blob, size_t *out_size, kiln_cache *c, const char *key) {
+kiln_status kiln_cache_get(kiln_record *out_rec, uint8_t **out_blob, size_t *out_size,
+                           kiln_cache *c, const char *key) {
   kiln_record rec;
   kiln_status rc;
   if (!c || !key) return kiln_fail(KILN_EINVAL, "kiln_cache_get: NULL argument");
@@ -260,7 +261,8 @@ out:
   return rc;
 }
 
-kiln_status kiln_cache_find_unit(kiln_record **out, size_t *n, kiln_cache *c, const kiln_unit_info *unit, const char *options) {
+kiln_status kiln_cache_find_unit(kiln_record **out, size_t *n, kiln_cache *c,
+                                 const kiln_unit_info *unit, const char *options) {
   size_t cap = 0;
   kiln_status rc = KILN_OK;
   if (!c || !unit || !options || !out || !n)

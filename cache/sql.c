@@ -10,11 +10,16 @@
 kiln_status kiln_sql_fail(sqlite3 *db, int sqlite_rc, const char *what) {
   kiln_status st = KILN_EDB;
   int base = sqlite_rc & 0xff;
-  if (base == SQLITE_FULL) st = KILN_ENOSPC;
-  else if (base == SQLITE_BUSY || base == SQLITE_LOCKED) st = KILN_ELOCKED;
-  else if (base == SQLITE_READONLY || base == SQLITE_PERM || base == SQLITE_CANTOPEN) st = KILN_EPERM;
-  else if (base == SQLITE_CORRUPT || base == SQLITE_NOTADB) st = KILN_ECORRUPT;
-  return kiln_fail(st, "cache index: %s: %s", what, db ? sqlite3_errmsg(db) : sqlite3_errstr(sqlite_rc));
+  if (base == SQLITE_FULL)
+    st = KILN_ENOSPC;
+  else if (base == SQLITE_BUSY || base == SQLITE_LOCKED)
+    st = KILN_ELOCKED;
+  else if (base == SQLITE_READONLY || base == SQLITE_PERM || base == SQLITE_CANTOPEN)
+    st = KILN_EPERM;
+  else if (base == SQLITE_CORRUPT || base == SQLITE_NOTADB)
+    st = KILN_ECORRUPT;
+  return kiln_fail(st, "cache index: %s: %s", what,
+                   db ? sqlite3_errmsg(db) : sqlite3_errstr(sqlite_rc));
 }
 
 kiln_status kiln_sql_exec(sqlite3 *db, const char *sql, const char *what) {
@@ -88,7 +93,8 @@ void kiln_sql_text(char *dst, size_t cap, sqlite3_stmt *st, int col) {
   const unsigned char *t = sqlite3_column_text(st, col);
   size_t i = 0;
   if (t)
-    for (; t[i] && i + 1 < cap; i++) dst[i] = (char)t[i];
+    for (; t[i] && i + 1 < cap; i++)
+      dst[i] = (char)t[i];
   dst[i] = '\0';
 }
 

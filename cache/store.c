@@ -50,7 +50,8 @@ static const char *schema_sql = RECORDS_TABLE
 static kiln_status check_dir(const char *dir) {
   struct stat st;
   if (stat(dir, &st) != 0) return kiln_fail_errno(KILN_EIO, errno, "cache directory %s", dir);
-  if (!S_ISDIR(st.st_mode)) return kiln_fail(KILN_EIO, "cache directory %s is not a directory", dir);
+  if (!S_ISDIR(st.st_mode))
+    return kiln_fail(KILN_EIO, "cache directory %s is not a directory", dir);
   if (st.st_uid != geteuid())
     return kiln_fail(KILN_EPERM,
                      "cache directory %s is owned by uid %u, not by you (uid %u): use a "
@@ -58,10 +59,9 @@ static kiln_status check_dir(const char *dir) {
                      "read-only through KILN_CACHE_PATH",
                      dir, (unsigned)st.st_uid, (unsigned)geteuid());
   if (st.st_mode & (S_IWGRP | S_IWOTH))
-    return kiln_fail(KILN_EPERM,
-                     "cache directory %s is writable by %s (mode %04o): run 'chmod 700 %s'", dir,
-                     (st.st_mode & S_IWOTH) ? "others" : "its group",
-                     (unsigned)(st.st_mode & 07777), dir);
+    return kiln_fail(
+        KILN_EPERM, "cache directory %s is writable by %s (mode %04o): run 'chmod 700 %s'", dir,
+        (st.st_mode & S_IWOTH) ? "others" : "its group", (unsigned)(st.st_mode & 07777), dir);
   if (access(dir, W_OK | X_OK) != 0)
     return kiln_fail_errno(KILN_EIO, errno, "cache directory %s is not writable", dir);
   return KILN_OK;
@@ -115,8 +115,8 @@ static kiln_status open_primary(kiln_cache *c, int create) {
   KILN_CHECK(check_dir(c->primary.dir));
   KILN_CHECK(kiln_path_join(c->cas_dir, sizeof c->cas_dir, c->primary.dir, "cas"));
   KILN_CHECK(kiln_path_join(c->tmp_dir, sizeof c->tmp_dir, c->primary.dir, "tmp"));
-  KILN_CHECK(kiln_path_join(c->quarantine_dir, sizeof c->quarantine_dir, c->primary.dir,
-                            "quarantine"));
+  KILN_CHECK(
+      kiln_path_join(c->quarantine_dir, sizeof c->quarantine_dir, c->primary.dir, "quarantine"));
   KILN_CHECK(kiln_mkdir(c->cas_dir, 0700));
   KILN_CHECK(kiln_mkdir(c->tmp_dir, 0700));
   KILN_CHECK(kiln_mkdir(c->quarantine_dir, 0700));
@@ -176,8 +176,10 @@ static void open_layer(kiln_cache *c, const char *dir) {
   /* file: URI; escape the characters a URI would read as syntax. */
   n = (size_t)snprintf(uri, sizeof uri, "file:");
   for (const char *p = dir; *p && n + 4 < sizeof uri; p++) {
-    if (*p == '%' || *p == '?' || *p == '#') n += (size_t)snprintf(uri + n, sizeof uri - n, "%%%02X", (unsigned char)*p);
-    else uri[n++] = *p;
+    if (*p == '%' || *p == '?' || *p == '#')
+      n += (size_t)snprintf(uri + n, sizeof uri - n, "%%%02X", (unsigned char)*p);
+    else
+      uri[n++] = *p;
   }
   uri[n] = '\0';
   /* immutable skips locking and the WAL; a layer whose writer is still open
@@ -185,8 +187,10 @@ static void open_layer(kiln_cache *c, const char *dir) {
    * plain read-only database then. A cache baked into an image has no WAL:
    * the last writer to close checkpoints it into index.sqlite. */
   if (wal_pending(dir))
-    kiln_log(KILN_LOG_INFO, "read-only cache layer %s has a write-ahead log: opened without "
-             "immutable", dir);
+    kiln_log(KILN_LOG_INFO,
+             "read-only cache layer %s has a write-ahead log: opened without "
+             "immutable",
+             dir);
   if (snprintf(uri + n, sizeof uri - n, "/index.sqlite?mode=ro%s",
                wal_pending(dir) ? "" : "&immutable=1") >= (int)(sizeof uri - n)) {
     kiln_log(KILN_LOG_WARN, "read-only cache layer %s: path too long, skipped", dir);
@@ -234,7 +238,8 @@ static kiln_status new_token(char out[33]) {
   unsigned char b[16];
   ssize_t n = getrandom(b, sizeof b, 0);
   if (n != (ssize_t)sizeof b) return kiln_fail_errno(KILN_EIO, errno, "getrandom");
-  for (int i = 0; i < 16; i++) snprintf(out + 2 * i, 3, "%02x", b[i]);
+  for (int i = 0; i < 16; i++)
+    snprintf(out + 2 * i, 3, "%02x", b[i]);
   return KILN_OK;
 }
 
@@ -259,7 +264,8 @@ kiln_status kiln_cache_open(kiln_cache **out, const kiln_cache_options *opts) {
   kiln_host_name(c->host, sizeof c->host);
   KILN_CHECK(new_token(c->token));
   if (opts->dir && *opts->dir) {
-    if (snprintf(c->primary.dir, sizeof c->primary.dir, "%s", opts->dir) >= (int)sizeof c->primary.dir) {
+    if (snprintf(c->primary.dir, sizeof c->primary.dir, "%s", opts->dir) >=
+        (int)sizeof c->primary.dir) {
       rc = kiln_fail(KILN_EINVAL, "cache path too long");
       goto out;
     }
@@ -287,7 +293,8 @@ void kiln_cache_close(kiln_cache *c) {
     sqlite3_exec(c->primary.db, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL);
   }
   sqlite3_close(c->primary.db);
-  for (size_t i = 0; i < c->n_layers; i++) sqlite3_close(c->layers[i].db);
+  for (size_t i = 0; i < c->n_layers; i++)
+    sqlite3_close(c->layers[i].db);
   pthread_mutex_destroy(&c->lock);
   free(c);
 }

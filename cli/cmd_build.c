@@ -65,8 +65,8 @@ static void progress(const kiln_build_item *it, size_t done, size_t total, void 
     if (done == total) fputc('\n', stderr);
   } else if (it->outcome == KILN_BUILD_FETCHED) {
     char size[32];
-    fprintf(stderr, "[%zu/%zu] fetched %s %s (%s)\n", done, total, it->unit->name,
-            it->target_name, cli_human_size(size, it->record.size));
+    fprintf(stderr, "[%zu/%zu] fetched %s %s (%s)\n", done, total, it->unit->name, it->target_name,
+            cli_human_size(size, it->record.size));
   } else if (it->outcome != KILN_BUILD_HIT) {
     fprintf(stderr, "[%zu/%zu] %s %s %s (%.1f s)\n", done, total, outcome_name(it->outcome),
             it->unit->name, it->target_name, it->record.build_ms / 1000.0);
@@ -84,9 +84,9 @@ static json_t *summary_json(const kiln_build_summary *s, kiln_cache *cache) {
   json_object_set_new(o, "shared", json_integer((json_int_t)s->shared));
   json_object_set_new(o, "fetched", json_integer((json_int_t)s->fetched));
   json_object_set_new(o, "uploaded", json_integer((json_int_t)s->uploaded));
-  json_object_set_new(o, "remote", kiln_cache_remote_url(cache)
-                                       ? json_string(kiln_cache_remote_url(cache))
-                                       : json_null());
+  json_object_set_new(o, "remote",
+                      kiln_cache_remote_url(cache) ? json_string(kiln_cache_remote_url(cache))
+                                                   : json_null());
   if (s->upload_status != KILN_OK)
     json_object_set_new(o, "upload_error", json_string(s->upload_error));
   json_object_set_new(o, "taken_over", json_integer((json_int_t)s->taken_over));
@@ -126,8 +126,7 @@ static void print_summary(const kiln_build_summary *s, kiln_cache *cache) {
   char size[32];
   char shared[64] = "", fetched[64] = "";
   if (s->shared) snprintf(shared, sizeof shared, ", %zu built by another process", s->shared);
-  if (kiln_cache_remote_url(cache))
-    snprintf(fetched, sizeof fetched, ", %zu fetched", s->fetched);
+  if (kiln_cache_remote_url(cache)) snprintf(fetched, sizeof fetched, ", %zu fetched", s->fetched);
   printf("kiln build: %zu targets, %zu cache hits%s, %zu built%s, %zu failed, %s, %.1f s "
          "(%.1f CPU s compiling)\n",
          s->targets, s->hits, fetched, s->built, shared, s->failed, cli_human_size(size, s->bytes),
@@ -151,13 +150,17 @@ static int matches_a_unit(const char *glob) {
 }
 
 int cmd_build(int argc, char **argv) {
-  static const struct option longs[] = {
-      {"arch", required_argument, 0, 'a'},  {"kernels", required_argument, 0, 'k'},
-      {"cache", required_argument, 0, 'c'}, {"jobs", required_argument, 0, 'j'},
-      {"rebuild", no_argument, 0, 'r'},     {"json", no_argument, 0, 'J'},
-      {"remote", required_argument, 0, 'R'}, {"upload", no_argument, 0, 'U'},
-      {"no-remote", no_argument, 0, 'N'},   {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
+  static const struct option longs[] = {{"arch", required_argument, 0, 'a'},
+                                        {"kernels", required_argument, 0, 'k'},
+                                        {"cache", required_argument, 0, 'c'},
+                                        {"jobs", required_argument, 0, 'j'},
+                                        {"rebuild", no_argument, 0, 'r'},
+                                        {"json", no_argument, 0, 'J'},
+                                        {"remote", required_argument, 0, 'R'},
+                                        {"upload", no_argument, 0, 'U'},
+                                        {"no-remote", no_argument, 0, 'N'},
+                                        {"help", no_argument, 0, 'h'},
+                                        {0, 0, 0, 0}};
   kiln_remote_options ro = KILN_REMOTE_OPTIONS_INIT;
   int no_remote = 0;
   const char *arch = "all", *glob = NULL, *dir = NULL;
@@ -209,7 +212,8 @@ int cmd_build(int argc, char **argv) {
   }
   if ((st = cli_open_cache(&cache, dir, 1)) != KILN_OK ||
       (st = kiln_cache_set_remote(cache, &ro)) != KILN_OK) {
-    rc = st == KILN_EINVAL ? cli_usage_error("build", "%s", kiln_last_error()) : cli_error("build", st);
+    rc = st == KILN_EINVAL ? cli_usage_error("build", "%s", kiln_last_error())
+                           : cli_error("build", st);
     goto out;
   }
   if (ro.upload == 1 && !kiln_cache_remote_url(cache)) {
@@ -226,8 +230,10 @@ int cmd_build(int argc, char **argv) {
     goto out;
   }
   print_failures(s);
-  if (ps.json) cli_print_json(summary_json(s, cache));
-  else print_summary(s, cache);
+  if (ps.json)
+    cli_print_json(summary_json(s, cache));
+  else
+    print_summary(s, cache);
   rc = s->failed ? EXIT_FAIL : EXIT_OK;
 out:
   kiln_build_summary_free(s);

@@ -42,7 +42,8 @@ static int do_ls(kiln_cache *c, const cache_args *a) {
   if (st != KILN_OK) return cli_error("cache ls", st);
   if (a->json) {
     json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++) json_array_append_new(arr, cli_record_json(&recs[i]));
+    for (size_t i = 0; i < n; i++)
+      json_array_append_new(arr, cli_record_json(&recs[i]));
     cli_print_json(arr);
   } else {
     printf("%-36s %-12s %-6s %10s %-14s %s\n", "UNIT", "TARGET", "KIND", "SIZE", "DIGEST", "LAYER");
@@ -92,7 +93,8 @@ static int do_stats(kiln_cache *c, const cache_args *a) {
   }
   printf("cache:        %s\n", kiln_cache_dir(c));
   printf("records:      %llu\n", (unsigned long long)s.records);
-  printf("blobs:        %llu (%s)\n", (unsigned long long)s.blobs, cli_human_size(size, s.blob_bytes));
+  printf("blobs:        %llu (%s)\n", (unsigned long long)s.blobs,
+         cli_human_size(size, s.blob_bytes));
   printf("failures:     %llu (unexpired)\n", (unsigned long long)s.failures);
   printf("quarantined:  %llu\n", (unsigned long long)s.quarantined);
   printf("ro layers:    %llu (%llu records)\n", (unsigned long long)s.layers,
@@ -147,8 +149,10 @@ static int check_args(const char *verb, cache_args *a) {
     return cli_usage_error("cache", "--max-size is for 'kiln cache gc'");
   }
   if (strcmp(verb, "rm") == 0) {
-    if (!a->all && !a->pattern) return cli_usage_error("cache rm", "name a KEY or unit GLOB, or --all");
-    if (a->all && a->pattern) return cli_usage_error("cache rm", "give a pattern or --all, not both");
+    if (!a->all && !a->pattern)
+      return cli_usage_error("cache rm", "name a KEY or unit GLOB, or --all");
+    if (a->all && a->pattern)
+      return cli_usage_error("cache rm", "give a pattern or --all, not both");
   } else if (a->all) {
     return cli_usage_error("cache", "--all is for 'kiln cache rm'");
   }
@@ -195,13 +199,14 @@ static int do_rm(kiln_cache *c, const cache_args *a) {
 
 int cmd_cache(int argc, char **argv) {
   static const struct option longs[] = {
-      {"cache", required_argument, 0, 'c'}, {"json", no_argument, 0, 'J'},
+      {"cache", required_argument, 0, 'c'},    {"json", no_argument, 0, 'J'},
       {"max-size", required_argument, 0, 'm'}, {"all", no_argument, 0, 'A'},
-      {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+      {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
   static const struct {
     const char *name;
     int (*fn)(kiln_cache *, const cache_args *);
-  } verbs[] = {{"ls", do_ls}, {"stats", do_stats}, {"verify", do_verify}, {"gc", do_gc}, {"rm", do_rm}};
+  } verbs[] = {
+      {"ls", do_ls}, {"stats", do_stats}, {"verify", do_verify}, {"gc", do_gc}, {"rm", do_rm}};
   cache_args a = {0};
   const char *verb;
   kiln_cache *c = NULL;
@@ -224,7 +229,8 @@ int cmd_cache(int argc, char **argv) {
     }
   }
   if (optind < argc - 1) a.pattern = argv[1 + optind++];
-  if (optind < argc - 1) return cli_usage_error("cache", "unexpected argument '%s'", argv[1 + optind]);
+  if (optind < argc - 1)
+    return cli_usage_error("cache", "unexpected argument '%s'", argv[1 + optind]);
   for (size_t i = 0; i < sizeof verbs / sizeof *verbs; i++) {
     if (strcmp(verb, verbs[i].name) != 0) continue;
     if ((rc = check_args(verb, &a)) != EXIT_OK) return rc;

@@ -116,15 +116,9 @@ int cmd_check(int argc, char **argv) {
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
     switch (c) {
-    case 'a':
-      arch = optarg;
-      break;
-    case 'k':
-      glob = optarg;
-      break;
-    case 'J':
-      json = 1;
-      break;
+    case 'a': arch = optarg; break;
+    case 'k': glob = optarg; break;
+    case 'J': json = 1; break;
     case 'c':
       if (n_dirs == MAX_CACHES) return cli_usage_error("check", "at most %d --cache", MAX_CACHES);
       dirs[n_dirs++] = optarg;
@@ -133,11 +127,8 @@ int cmd_check(int argc, char **argv) {
       if (!parse_driver(optarg, &driver))
         return cli_usage_error("check", "--driver '%s': a CUDA version such as 12.8", optarg);
       break;
-    case 'h':
-      fputs(usage, stdout);
-      return EXIT_OK;
-    default:
-      return cli_usage_error("check", "bad option");
+    case 'h': fputs(usage, stdout); return EXIT_OK;
+    default: return cli_usage_error("check", "bad option");
     }
   }
   if (optind < argc) return cli_usage_error("check", "unexpected argument '%s'", argv[optind]);

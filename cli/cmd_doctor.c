@@ -79,15 +79,9 @@ int cmd_doctor(int argc, char **argv) {
       if (n == MAX_CACHES) return cli_usage_error("doctor", "at most %d --cache", MAX_CACHES);
       dirs[n++] = optarg;
       break;
-    case 'J':
-      json = 1;
-      break;
-    case 'h':
-      fputs(usage, stdout);
-      return EXIT_OK;
-    default:
-      fputs(usage, stderr);
-      return cli_usage_error("doctor", "bad option");
+    case 'J': json = 1; break;
+    case 'h': fputs(usage, stdout); return EXIT_OK;
+    default: fputs(usage, stderr); return cli_usage_error("doctor", "bad option");
     }
   }
   if (optind < argc) {

@@ -19,8 +19,9 @@ static void distinct(char *out, size_t cap, const kiln_unit_info *u, int field) 
   size_t len = 0;
   out[0] = '\0';
   for (size_t i = 0; i < u->n_entries; i++) {
-    const char *v = field == 0 ? u->entries[i].direction : field == 1 ? u->entries[i].dtype
-                                                                      : u->entries[i].variant;
+    const char *v = field == 0   ? u->entries[i].direction
+                    : field == 1 ? u->entries[i].dtype
+                                 : u->entries[i].variant;
     char needle[40];
     snprintf(needle, sizeof needle, ",%s,", v);
     char padded[512];
@@ -40,7 +41,8 @@ static json_t *unit_json(const kiln_unit_info *u) {
   json_object_set_new(o, "summary", json_string(u->summary));
   json_object_set_new(o, "min_arch", json_integer(u->min_arch));
   json_object_set_new(o, "digest", json_string(digest));
-  for (size_t i = 0; i < u->n_files; i++) json_array_append_new(files, json_string(u->files[i]->path));
+  for (size_t i = 0; i < u->n_files; i++)
+    json_array_append_new(files, json_string(u->files[i]->path));
   json_object_set_new(o, "files", files);
   for (size_t i = 0; i < u->n_entries; i++) {
     json_t *e = json_object();
@@ -60,9 +62,12 @@ int cmd_list(int argc, char **argv) {
   int c, json = 0;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
-    if (c == 'J') json = 1;
-    else if (c == 'h') return fputs(usage, stdout), EXIT_OK;
-    else return cli_usage_error("list", "bad option");
+    if (c == 'J')
+      json = 1;
+    else if (c == 'h')
+      return fputs(usage, stdout), EXIT_OK;
+    else
+      return cli_usage_error("list", "bad option");
   }
   if (optind < argc) return cli_usage_error("list", "unexpected argument '%s'", argv[optind]);
   if (json) {
@@ -83,7 +88,8 @@ int cmd_list(int argc, char **argv) {
     printf("%s — %s\n", u->name, u->summary);
     printf("  min arch: sm_%d   directions: %s   dtypes: %s\n", u->min_arch, dirs, dtypes);
     printf("  variants: %s   entry points: %zu\n", variants, u->n_entries);
-    for (size_t e = 0; e < u->n_entries; e++) printf("    %s\n", u->entries[e].name);
+    for (size_t e = 0; e < u->n_entries; e++)
+      printf("    %s\n", u->entries[e].name);
   }
   return EXIT_OK;
 }

@@ -189,15 +189,9 @@ int cmd_probe(int argc, char **argv) {
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
     switch (c) {
-    case 'c':
-      dir = optarg;
-      break;
-    case 'J':
-      json = 1;
-      break;
-    case 'h':
-      fputs(usage, stdout);
-      goto usage_out;
+    case 'c': dir = optarg; break;
+    case 'J': json = 1; break;
+    case 'h': fputs(usage, stdout); goto usage_out;
     default:
       json_decref(gpus);
       json_decref(units);

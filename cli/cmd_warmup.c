@@ -213,40 +213,20 @@ int cmd_warmup(int argc, char **argv) {
       device = optarg;
       device_set = 1;
       break;
-    case 'C':
-      ro.comm = optarg;
-      break;
-    case 'a':
-      ro.arch = optarg;
-      break;
-    case 'B':
-      heartbeat = optarg;
-      break;
-    case 'T':
-      timeout = optarg;
-      break;
-    case 'v':
-      w.verify = 1;
-      break;
-    case 'c':
-      w.dir = optarg;
-      break;
-    case 'o':
-      w.offline = 1;
-      break;
-    case 'J':
-      w.json = 1;
-      break;
-    case 'k':
-      w.kernels = optarg;
-      break;
+    case 'C': ro.comm = optarg; break;
+    case 'a': ro.arch = optarg; break;
+    case 'B': heartbeat = optarg; break;
+    case 'T': timeout = optarg; break;
+    case 'v': w.verify = 1; break;
+    case 'c': w.dir = optarg; break;
+    case 'o': w.offline = 1; break;
+    case 'J': w.json = 1; break;
+    case 'k': w.kernels = optarg; break;
     case 'h':
       fputs(usage, stdout);
       json_decref(arr);
       return EXIT_OK;
-    default:
-      json_decref(arr);
-      return cli_usage_error("warmup", "bad option");
+    default: json_decref(arr); return cli_usage_error("warmup", "bad option");
     }
   }
   if (optind < argc) {

@@ -35,9 +35,12 @@ const char *cli_human_size(char out[32], uint64_t b) {
   static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = (double)b;
   int u = 0;
-  while (v >= 1024 && u < 4) v /= 1024, u++;
-  if (u == 0) snprintf(out, 32, "%llu B", (unsigned long long)b);
-  else snprintf(out, 32, "%.1f %s", v, units[u]);
+  while (v >= 1024 && u < 4)
+    v /= 1024, u++;
+  if (u == 0)
+    snprintf(out, 32, "%llu B", (unsigned long long)b);
+  else
+    snprintf(out, 32, "%.1f %s", v, units[u]);
   return out;
 }
 
@@ -80,10 +83,14 @@ kiln_status cli_parse_size(unsigned long long *out, const char *s) {
   if (errno || end == s) return KILN_EINVAL;
   if (*end) {
     switch (*end) {
-    case 'k': case 'K': mult = 1ULL << 10; break;
-    case 'm': case 'M': mult = 1ULL << 20; break;
-    case 'g': case 'G': mult = 1ULL << 30; break;
-    case 't': case 'T': mult = 1ULL << 40; break;
+    case 'k':
+    case 'K': mult = 1ULL << 10; break;
+    case 'm':
+    case 'M': mult = 1ULL << 20; break;
+    case 'g':
+    case 'G': mult = 1ULL << 30; break;
+    case 't':
+    case 'T': mult = 1ULL << 40; break;
     default: return KILN_EINVAL;
     }
     end++;

@@ -1,6 +1,6 @@
 /* Crash-safe file writes and whole-file reads. */
-#include "common/clock.h"
 #include "common/fileio.h"
+#include "common/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -18,8 +18,10 @@ static const char *const level_names[] = {"error", "warn", "info", "debug"};
 
 static void emit(kiln_log_level l, const char *line) {
   pthread_mutex_lock(&emit_lock);
-  if (callback) callback(l, line, callback_user);
-  else fprintf(stderr, "kiln %s: %s\n", level_names[l], line);
+  if (callback)
+    callback(l, line, callback_user);
+  else
+    fprintf(stderr, "kiln %s: %s\n", level_names[l], line);
   pthread_mutex_unlock(&emit_lock);
 }
 

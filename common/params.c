@@ -230,15 +230,20 @@ kiln_status kiln_param_nvrtc_options_checked(const char **out) {
   if (strlen(v) > 160)
     return kiln_fail(KILN_EINVAL, "KILN_NVRTC_OPTIONS: longer than 160 characters");
   for (const char *p = v; *p;) {
-    while (*p == ' ') p++;
+    while (*p == ' ')
+      p++;
     if (!*p) break;
     if (*p != '-')
-      return kiln_fail(KILN_EINVAL, "KILN_NVRTC_OPTIONS: '%s': every option starts with '-' "
-                                    "(e.g. \"-lineinfo -DNDEBUG\")", v);
+      return kiln_fail(KILN_EINVAL,
+                       "KILN_NVRTC_OPTIONS: '%s': every option starts with '-' "
+                       "(e.g. \"-lineinfo -DNDEBUG\")",
+                       v);
     while (*p && *p != ' ') {
       if (*p == '"' || *p == '\'' || *p == '\\' || (unsigned char)*p < 0x20)
-        return kiln_fail(KILN_EINVAL, "KILN_NVRTC_OPTIONS: '%s': no quotes, escapes or control "
-                                      "characters (options are split on spaces)", v);
+        return kiln_fail(KILN_EINVAL,
+                         "KILN_NVRTC_OPTIONS: '%s': no quotes, escapes or control "
+                         "characters (options are split on spaces)",
+                         v);
       p++;
     }
   }

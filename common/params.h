@@ -58,13 +58,17 @@ const char *kiln_option_str(const char *value, kiln_param_id id);
 
 /* The typed getters the rest of kiln calls, one per row of params.def. */
 #define KILN_PARAM_INT(id, name, dflt, lo, hi, what)                                               \
-  static inline kiln_status kiln_param_##id(int *out) { return kiln_param_int(out, KILN_P_##id); }
+  static inline kiln_status kiln_param_##id(int *out) {                                            \
+    return kiln_param_int(out, KILN_P_##id);                                                       \
+  }
 #define KILN_PARAM_SECONDS(id, name, dflt, hi, what)                                               \
   static inline kiln_status kiln_param_##id(double *out) {                                         \
     return kiln_param_seconds(out, KILN_P_##id);                                                   \
   }
 #define KILN_PARAM_STR(id, name, what)                                                             \
-  static inline const char *kiln_param_##id(void) { return kiln_param_str(KILN_P_##id); }
+  static inline const char *kiln_param_##id(void) {                                                \
+    return kiln_param_str(KILN_P_##id);                                                            \
+  }
 #define KILN_PARAM_LOG(id, name, what)
 #include "common/params.def"
 #undef KILN_PARAM_INT

@@ -1,6 +1,6 @@
 /* One unit, one target: NVRTC with the unit's files as in-memory headers. */
-#include "common/clock.h"
 #include "compiler/compile.h"
+#include "common/clock.h"
 
 #include <fnmatch.h>
 #include <stdio.h>
@@ -29,7 +29,8 @@ void kiln_parse_resources(kiln_resources *res, const char *log) {
     if ((s = strstr(p, "bytes stack frame")) && (!eol || s < eol)) {
       /* ".     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" */
       const char *d = p;
-      while (*d && (*d < '0' || *d > '9')) d++;
+      while (*d && (*d < '0' || *d > '9'))
+        d++;
       if (sscanf(d, "%d bytes stack frame, %d bytes spill stores, %d bytes spill loads", &a, &b,
                  &c) == 3) {
         res->stack_bytes = max_i(res->stack_bytes, a);
@@ -42,7 +43,8 @@ void kiln_parse_resources(kiln_resources *res, const char *log) {
       res->registers = max_i(res->registers, a);
     if ((s = strstr(p, " bytes smem")) && (!eol || s < eol)) {
       const char *d = s;
-      while (d > p && d[-1] >= '0' && d[-1] <= '9') d--;
+      while (d > p && d[-1] >= '0' && d[-1] <= '9')
+        d--;
       if (sscanf(d, "%d", &a) == 1) res->shared_bytes = max_i(res->shared_bytes, a);
     }
     p = eol ? eol + 1 : NULL;
@@ -77,7 +79,8 @@ static kiln_status fetch_code(const kiln_nvrtc_api *api, nvrtcProgram prog, int 
   out->data = malloc(n ? n : 1);
   if (!out->data) return kiln_fail(KILN_ENOMEM, "out of memory");
   out->size = n;
-  NVRTC_CHECK(api, ptx ? api->GetPTX(prog, (char *)out->data) : api->GetCUBIN(prog, (char *)out->data),
+  NVRTC_CHECK(api,
+              ptx ? api->GetPTX(prog, (char *)out->data) : api->GetCUBIN(prog, (char *)out->data),
               "get code");
   /* PTX is stored as text without NVRTC's terminating NUL. */
   if (ptx && out->size && out->data[out->size - 1] == '\0') out->size--;

@@ -31,7 +31,8 @@ static int parse_arch_number(const char *s, int *arch, int *specific) {
 kiln_status kiln_target_parse(kiln_target *out, const char *s) {
   kiln_target t = {0, 0, KILN_TARGET_CUBIN};
   const char *num = s;
-  if (strncmp(s, "sm_", 3) == 0) num = s + 3;
+  if (strncmp(s, "sm_", 3) == 0)
+    num = s + 3;
   else if (strncmp(s, "compute_", 8) == 0) {
     num = s + 8;
     t.kind = KILN_TARGET_PTX;

@@ -53,7 +53,8 @@ static const char *summary_of(const char *name) {
 }
 
 #define FIXED_ENTRY(unit, dir, dt, v) {"kiln_" #unit "_" #dir "_" #dt "_" #v, #dir, #dt, #v},
-#define FIXED_TABLE(unit, upper) static const kiln_entry_info unit##_entries[] = {upper(FIXED_ENTRY)};
+#define FIXED_TABLE(unit, upper)                                                                   \
+  static const kiln_entry_info unit##_entries[] = {upper(FIXED_ENTRY)};
 FIXED_TABLE(layer_norm, KILN_LAYER_NORM_ENTRIES)
 FIXED_TABLE(rms_norm, KILN_RMS_NORM_ENTRIES)
 FIXED_TABLE(embedding, KILN_EMBEDDING_ENTRIES)
@@ -69,13 +70,17 @@ typedef struct fixed_unit {
   size_t n_entries;
 } fixed_unit;
 
-#define FIXED_UNIT(unit, dir, summary)                                                             \
+/* Unformatted: clang-format would put the stringified #unit in column 0. */
+// clang-format off
+#define FIXED_UNIT(unit, dir, summary) \
   {#unit, dir "/" #unit ".cu", summary, unit##_entries, sizeof unit##_entries / sizeof *unit##_entries}
+// clang-format on
 static const fixed_unit fixed_units[] = {
     FIXED_UNIT(layer_norm, "norm", "y = (x - mean) * rstd * gamma + beta over the last dimension"),
     FIXED_UNIT(rms_norm, "norm", "y = x * rsqrt(mean(x^2) + eps) * gamma over the last dimension"),
-    FIXED_UNIT(embedding, "embedding",
-               "rows of a vocabulary partition gathered by token id; bad ids reported, never a fault"),
+    FIXED_UNIT(
+        embedding, "embedding",
+        "rows of a vocabulary partition gathered by token id; bad ids reported, never a fault"),
     FIXED_UNIT(bias_gelu, "activation", "y = gelu_tanh(x + bias)"),
     FIXED_UNIT(bias_swiglu, "activation", "y = silu(a + bias_a) * (b + bias_b), x = [a | b]"),
     FIXED_UNIT(bias_dropout_add, "dropout",
@@ -104,9 +109,11 @@ static int resolve(char *out, size_t cap, const char *from, const char *inc, siz
     size_t len = e ? (size_t)(e - p) : strlen(p);
     if (len == 1 && p[0] == '.') {
     } else if (len == 2 && p[0] == '.' && p[1] == '.') {
-      while (o > 0 && out[o - 1] != '/') o--;
+      while (o > 0 && out[o - 1] != '/')
+        o--;
       if (o > 0) o--;
-      while (o > 0 && out[o - 1] != '/') o--;
+      while (o > 0 && out[o - 1] != '/')
+        o--;
     } else {
       if (o + len + 2 > cap) return -1;
       memcpy(out + o, p, len);
@@ -133,7 +140,8 @@ static void add_closure(unit_slot *u, const kiln_source_file *f) {
   while (p < end && (p = strstr(p, "#include")) != NULL) {
     const char *q = p + 8, *close;
     char path[512];
-    while (*q == ' ' || *q == '\t') q++;
+    while (*q == ' ' || *q == '\t')
+      q++;
     p = q;
     if (*q != '"' || !(close = strchr(q + 1, '"'))) continue;
     /* As a compiler does: next to the including file, then from kernels/. */
@@ -180,8 +188,10 @@ static unit_slot *new_unit(const char *name, const char *path, const char *summa
   u->info.min_arch = KILN_MIN_ARCH;
   add_closure(u, u->info.main_file);
   if (u->overflow) {
-    kiln_log(KILN_LOG_ERROR, "unit %s includes more than %d files: not registered (raise "
-             "MAX_UNIT_FILES in kernels/registry.c)", name, MAX_UNIT_FILES);
+    kiln_log(KILN_LOG_ERROR,
+             "unit %s includes more than %d files: not registered (raise "
+             "MAX_UNIT_FILES in kernels/registry.c)",
+             name, MAX_UNIT_FILES);
     memset(u, 0, sizeof *u);
     return NULL;
   }
@@ -242,7 +252,8 @@ static lookup_slot lookup[LOOKUP_SIZE];
 
 static size_t hash_name(const char *s) {
   size_t h = 1469598103934665603ULL;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+  for (; *s; s++)
+    h = (h ^ (unsigned char)*s) * 1099511628211ULL;
   return h;
 }
 
@@ -253,11 +264,14 @@ static void build_lookup(void) {
       const char *name = units[u].info.entries[e].name;
       size_t h = hash_name(name) & (LOOKUP_SIZE - 1);
       if (placed + 1 >= LOOKUP_SIZE / 2) {
-        kiln_log(KILN_LOG_ERROR, "more than %d entry points: raise LOOKUP_SIZE in "
-                 "kernels/registry.c", LOOKUP_SIZE / 2);
+        kiln_log(KILN_LOG_ERROR,
+                 "more than %d entry points: raise LOOKUP_SIZE in "
+                 "kernels/registry.c",
+                 LOOKUP_SIZE / 2);
         return;
       }
-      while (lookup[h].name) h = (h + 1) & (LOOKUP_SIZE - 1);
+      while (lookup[h].name)
+        h = (h + 1) & (LOOKUP_SIZE - 1);
       lookup[h] = (lookup_slot){name, (unsigned short)u, (unsigned short)e};
       placed++;
     }
@@ -266,7 +280,8 @@ static void build_lookup(void) {
 int kiln_entry_find(const char *name, size_t *unit, size_t *entry) {
   pthread_once(&once, init);
   if (!name) return -1;
-  for (size_t h = hash_name(name) & (LOOKUP_SIZE - 1); lookup[h].name; h = (h + 1) & (LOOKUP_SIZE - 1))
+  for (size_t h = hash_name(name) & (LOOKUP_SIZE - 1); lookup[h].name;
+       h = (h + 1) & (LOOKUP_SIZE - 1))
     if (strcmp(lookup[h].name, name) == 0) {
       *unit = lookup[h].unit;
       *entry = lookup[h].entry;

@@ -71,6 +71,7 @@ kiln_status kiln_comm_open(kiln_comm **out, const char *name) {
                      "to its path): %s",
                      KILN_MPI_SONAME, err);
   *(void **)&world = dlsym(h, "kiln_comm_mpi_world");
-  if (!world) return kiln_fail(KILN_ENOTFOUND, "mpi: %s has no kiln_comm_mpi_world", KILN_MPI_SONAME);
+  if (!world)
+    return kiln_fail(KILN_ENOTFOUND, "mpi: %s has no kiln_comm_mpi_world", KILN_MPI_SONAME);
   return world(out); /* the library stays loaded: kiln_comm_free finalizes MPI */
 }

@@ -125,7 +125,8 @@ kiln_status kiln_coord_options_init(kiln_coord_options *opts, int version) {
                            "kiln_coord_options");
 }
 
-kiln_status kiln_coord_fill(kiln_coord_report *report, kiln_cache *cache, const kiln_coord_options *o, const kiln_comm *comm) {
+kiln_status kiln_coord_fill(kiln_coord_report *report, kiln_cache *cache,
+                            const kiln_coord_options *o, const kiln_comm *comm) {
   kiln_coord_report dummy;
   kiln_coord_options sorted;
   kiln_target *targets = NULL;

@@ -35,7 +35,8 @@ static CUresult get_proc(void *h, const char *sym, void **pfn) {
   if (v2) {
     CUdriverProcAddressQueryResult q = CU_GET_PROC_ADDRESS_SUCCESS;
     CUresult r = v2(sym, pfn, KILN_CUDA_ABI, CU_GET_PROC_ADDRESS_DEFAULT, &q);
-    return r == CUDA_SUCCESS && (q != CU_GET_PROC_ADDRESS_SUCCESS || !*pfn) ? CUDA_ERROR_NOT_FOUND : r;
+    return r == CUDA_SUCCESS && (q != CU_GET_PROC_ADDRESS_SUCCESS || !*pfn) ? CUDA_ERROR_NOT_FOUND
+                                                                            : r;
   }
   if (v1) {
     CUresult r = v1(sym, pfn, KILN_CUDA_ABI, CU_GET_PROC_ADDRESS_DEFAULT);
@@ -48,7 +49,7 @@ static CUresult get_proc(void *h, const char *sym, void **pfn) {
   do {                                                                                             \
     if (get_proc(h, name, (void **)&api.field) != CUDA_SUCCESS) {                                  \
       snprintf(load_error, sizeof load_error,                                                      \
-               "%s has no %s (a CUDA driver older than 11.3 lacks cuGetProcAddress): "          \
+               "%s has no %s (a CUDA driver older than 11.3 lacks cuGetProcAddress): "             \
                "update the NVIDIA driver",                                                         \
                api.path, name);                                                                    \
       return KILN_EDRIVER;                                                                         \
@@ -166,10 +167,9 @@ kiln_status kiln_cuda_fail(CUresult r, const char *what) {
 /* PTX ISA by CUDA release (docs/loader.md): each release raises it. */
 int kiln_driver_ptx_isa(int v) {
   static const int table[][2] = {
-      {11000, 70}, {11010, 71}, {11020, 72}, {11030, 73}, {11040, 74}, {11050, 75},
-      {11060, 76}, {11070, 77}, {11080, 78}, {12000, 80}, {12010, 81}, {12020, 82},
-      {12030, 83}, {12040, 84}, {12050, 85}, {12060, 85}, {12080, 87}, {12090, 88},
-      {13000, 90}, {13010, 91},
+      {11000, 70}, {11010, 71}, {11020, 72}, {11030, 73}, {11040, 74}, {11050, 75}, {11060, 76},
+      {11070, 77}, {11080, 78}, {12000, 80}, {12010, 81}, {12020, 82}, {12030, 83}, {12040, 84},
+      {12050, 85}, {12060, 85}, {12080, 87}, {12090, 88}, {13000, 90}, {13010, 91},
   };
   int isa = 0;
   for (size_t i = 0; i < sizeof table / sizeof *table; i++)
@@ -206,10 +206,12 @@ kiln_status kiln_device_get_info(kiln_device_info *out, int ordinal) {
   CU_CHECK(cu->DeviceGet(&dev, ordinal), "cuDeviceGet");
   CU_CHECK(cu->DeviceGetName(out->name, sizeof out->name, dev), "cuDeviceGetName");
   out->name[sizeof out->name - 1] = '\0';
-  CU_CHECK(cu->DeviceGetAttribute(&out->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev),
-           "cuDeviceGetAttribute(compute capability major)");
-  CU_CHECK(cu->DeviceGetAttribute(&out->cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev),
-           "cuDeviceGetAttribute(compute capability minor)");
+  CU_CHECK(
+      cu->DeviceGetAttribute(&out->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev),
+      "cuDeviceGetAttribute(compute capability major)");
+  CU_CHECK(
+      cu->DeviceGetAttribute(&out->cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev),
+      "cuDeviceGetAttribute(compute capability minor)");
   CU_CHECK(cu->DeviceGetAttribute(&out->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
            "cuDeviceGetAttribute(multiprocessor count)");
   CU_CHECK(cu->DeviceTotalMem(&mem, dev), "cuDeviceTotalMem");

@@ -10,14 +10,10 @@
 
 const char *kiln_dtype_str(kiln_dtype dt) {
   switch (dt) {
-  case KILN_F32:
-    return "f32";
-  case KILN_F16:
-    return "f16";
-  case KILN_BF16:
-    return "bf16";
-  default:
-    return "?";
+  case KILN_F32: return "f32";
+  case KILN_F16: return "f16";
+  case KILN_BF16: return "bf16";
+  default: return "?";
   }
 }
 

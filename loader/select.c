@@ -19,16 +19,17 @@ static void note(char *why, size_t cap, const char *fmt, const char *target, int
   if (len) len += (size_t)snprintf(why + len, cap - len, "; ");
   if (len < cap) {
     int n = snprintf(why + len, cap - len, "%s: ", target);
-    if (n > 0 && len + (size_t)n < cap) snprintf(why + len + n, cap - len - n, fmt, a / 10, a % 10, b / 10, b % 10);
+    if (n > 0 && len + (size_t)n < cap)
+      snprintf(why + len + n, cap - len - n, fmt, a / 10, a % 10, b / 10, b % 10);
   }
 }
 
 typedef struct ranked {
   kiln_candidate c;
-  int tier;       /* 0 exact plain, 1 exact arch-specific, 2 compatible, 3 PTX */
+  int tier; /* 0 exact plain, 1 exact arch-specific, 2 compatible, 3 PTX */
   int arch;
-  int toolchain;  /* 1: the current NVRTC built it */
-  int isa;        /* of the toolchain, as a proxy for its age */
+  int toolchain; /* 1: the current NVRTC built it */
+  int isa;       /* of the toolchain, as a proxy for its age */
 } ranked;
 
 static int cmp_ranked(const void *pa, const void *pb) {
@@ -85,8 +86,8 @@ size_t kiln_select(const kiln_record *recs, size_t n, int cc, int driver_version
         continue;
       }
       if (x->isa && x->isa > driver_isa) {
-        note(why, why_cap, "PTX ISA %d.%d is newer than the driver accepts (%d.%d)",
-             recs[i].target, x->isa, driver_isa);
+        note(why, why_cap, "PTX ISA %d.%d is newer than the driver accepts (%d.%d)", recs[i].target,
+             x->isa, driver_isa);
         continue;
       }
       x->tier = 3;
@@ -95,7 +96,8 @@ size_t kiln_select(const kiln_record *recs, size_t n, int cc, int driver_version
     m++;
   }
   qsort(r, m, sizeof *r, cmp_ranked);
-  for (size_t i = 0; i < m; i++) out[i] = r[i].c;
+  for (size_t i = 0; i < m; i++)
+    out[i] = r[i].c;
   free(r);
   return m;
 }

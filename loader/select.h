@@ -24,7 +24,8 @@ int kiln_toolchain_ptx_isa(const char *toolchain);
 /* Orders the loadable records of recs[0..n) for a device of compute
  * capability cc (e.g. 90) with a driver of CUDA version driver_version (e.g.
  * 12080; it JITs PTX up to kiln_driver_ptx_isa of it, and loads nothing a
- * toolkit of a newer major built) into out (room for n); returns how many. `toolchain` is the current NVRTC's id
+ * toolkit of a newer major built) into out (room for n); returns how many. `toolchain` is the
+ * current NVRTC's id
  * ("" when there is none). For each record left out, one reason is appended
  * to why ("sm_100: other major; compute_90: PTX 9.0 > driver's 8.7; ..."). */
 size_t kiln_select(const kiln_record *recs, size_t n, int cc, int driver_version,

@@ -66,7 +66,8 @@ static void reference(kat *k) {
     const double *x = k->x + r * k->cols, *y = k->y + r * k->cols, *dy = k->dy + r * k->cols;
     double *out = k->ref + r * k->cols, m = -INFINITY, sum = 0, dot = 0;
     if (k->bwd) {
-      for (int j = 0; j < k->cols; j++) dot += dy[j] * y[j];
+      for (int j = 0; j < k->cols; j++)
+        dot += dy[j] * y[j];
       for (int j = 0; j < k->cols; j++)
         out[j] = k->kind == CAUSAL && masked_at(k, r, j) ? 0 : k->scale * y[j] * (dy[j] - dot);
       continue;
@@ -86,7 +87,8 @@ static double tolerance(const kat *k, long long r, int j) {
   {
     const double *y = k->y + r * k->cols, *dy = k->dy + r * k->cols;
     double mag = 0;
-    for (int i = 0; i < k->cols; i++) mag += fabs(dy[i] * y[i]);
+    for (int i = 0; i < k->cols; i++)
+      mag += fabs(dy[i] * y[i]);
     return 1e-6 + rel * fabs(k->scale * y[j]) * (fabs(dy[j]) + mag) * 2;
   }
 }
@@ -193,7 +195,8 @@ static int cols_for(const char *v) {
     if (kiln_softmax_pick_launch(&p, 1, cols) == 0 && strcmp(p.variant, v) == 0) {
       /* the largest cols of this variant's range exercises the most elements */
       int hi = cols;
-      while (kiln_softmax_pick_launch(&p, 1, hi + 1) == 0 && strcmp(p.variant, v) == 0 && hi < 20000)
+      while (kiln_softmax_pick_launch(&p, 1, hi + 1) == 0 && strcmp(p.variant, v) == 0 &&
+             hi < 20000)
         hi++;
       if (hi >= 20000) return cols + 37; /* the open-ended general path: just past its start */
       return hi - 2 > cols ? hi - 2 : hi;
@@ -208,14 +211,16 @@ static void fill(kat *k, uint64_t seed) {
     k->x[i] = round_to(k->dt, uniform(&seed, -4, 4));
     k->dy[i] = round_to(k->dt, uniform(&seed, -1, 1));
   }
-  for (size_t i = 0; i < (size_t)k->b * k->sq * k->cols; i++) k->mask[i] = next(&seed) % 4 == 0;
+  for (size_t i = 0; i < (size_t)k->b * k->sq * k->cols; i++)
+    k->mask[i] = next(&seed) % 4 == 0;
   if (k->kind == MASKED) memset(k->mask, 1, (size_t)k->cols); /* a fully masked row */
   if (k->bwd) { /* y: a softmax output as the dtype holds it */
     int bwd = k->bwd;
     k->bwd = 0;
     reference(k);
     k->bwd = bwd;
-    for (size_t i = 0; i < n; i++) k->y[i] = round_to(k->dt, k->ref[i]);
+    for (size_t i = 0; i < n; i++)
+      k->y[i] = round_to(k->dt, k->ref[i]);
   }
   reference(k);
 }
@@ -225,7 +230,7 @@ static kiln_status verify_unit(kiln_loader *l, size_t u, kiln_loader_verify_summ
   const kiln_unit_info *unit = l->units[u].unit;
   int kind = strcmp(unit->name, "scaled_masked_softmax") == 0                ? MASKED
              : strcmp(unit->name, "scaled_upper_triang_masked_softmax") == 0 ? CAUSAL
-                                                                              : PLAIN;
+                                                                             : PLAIN;
   kiln_status rc = KILN_OK;
   bad[0] = '\0';
   for (size_t e = 0; e < unit->n_entries && rc == KILN_OK; e++) {
@@ -237,7 +242,9 @@ static kiln_status verify_unit(kiln_loader *l, size_t u, kiln_loader_verify_summ
     memset(&k, 0, sizeof k);
     k.kind = kind;
     k.bwd = strcmp(ent->direction, "bwd") == 0;
-    k.dt = strcmp(ent->dtype, "f32") == 0 ? KILN_F32 : strcmp(ent->dtype, "f16") == 0 ? KILN_F16 : KILN_BF16;
+    k.dt = strcmp(ent->dtype, "f32") == 0   ? KILN_F32
+           : strcmp(ent->dtype, "f16") == 0 ? KILN_F16
+                                            : KILN_BF16;
     k.cols = cols_for(ent->variant);
     k.b = 2;
     k.heads = kind == MASKED ? 2 : 1;
@@ -261,7 +268,8 @@ static kiln_status verify_unit(kiln_loader *l, size_t u, kiln_loader_verify_summ
       if (!ok) {
         sum->failed++;
         if (!bad[0]) snprintf(bad, bad_cap, "%s (%lld x %d): %s", ent->name, k.rows, k.cols, why);
-        kiln_log(KILN_LOG_ERROR, "verify: %s (%lld x %d) is wrong: %s", ent->name, k.rows, k.cols, why);
+        kiln_log(KILN_LOG_ERROR, "verify: %s (%lld x %d) is wrong: %s", ent->name, k.rows, k.cols,
+                 why);
         if (!sum->first_failure[0])
           snprintf(sum->first_failure, sizeof sum->first_failure, "%s (%lld x %d): %s", ent->name,
                    k.rows, k.cols, why);
@@ -300,8 +308,10 @@ kiln_status kiln_loader_verify(kiln_loader_verify_summary *out, kiln_loader *l) 
       if (kiln_cache_quarantine(l->cache, load.digest, why) != KILN_OK)
         kiln_log(KILN_LOG_WARN, "%s", kiln_last_error());
     } else {
-      kiln_log(KILN_LOG_WARN, "%s %s in read-only layer %d failed its known-answer test; it "
-               "cannot be quarantined there: rebuild that cache", load.unit, load.target, load.layer);
+      kiln_log(KILN_LOG_WARN,
+               "%s %s in read-only layer %d failed its known-answer test; it "
+               "cannot be quarantined there: rebuild that cache",
+               load.unit, load.target, load.layer);
     }
   }
   kiln_ctx_leave(l, pushed);

@@ -96,7 +96,8 @@ static int kiln_settings_ok(kiln_doctor_report *r) {
   else if (st == KILN_ENOTFOUND)                                                                   \
   st = KILN_OK
   TRY("KILN_LOG", kiln_log_env_level(&lv) == KILN_EINVAL
-                      ? kiln_fail(KILN_EINVAL, "KILN_LOG: '%s' is not one of error|warn|info|debug", getenv("KILN_LOG"))
+                      ? kiln_fail(KILN_EINVAL, "KILN_LOG: '%s' is not one of error|warn|info|debug",
+                                  getenv("KILN_LOG"))
                       : KILN_OK);
   TRY("KILN_LEASE_STALE", kiln_param_lease_stale_s(&d));
   TRY("KILN_BUILD_TIMEOUT", kiln_param_build_timeout_s(&d));

@@ -22,10 +22,10 @@ extern "C" {
 #endif
 
 typedef enum kiln_build_outcome {
-  KILN_BUILD_HIT = 0,    /* already in the cache */
-  KILN_BUILD_BUILT = 1,  /* compiled and stored now */
-  KILN_BUILD_FAILED = 2, /* compile or store failed (see error) */
-  KILN_BUILD_SHARED = 3, /* built by another process sharing the cache while this one waited */
+  KILN_BUILD_HIT = 0,     /* already in the cache */
+  KILN_BUILD_BUILT = 1,   /* compiled and stored now */
+  KILN_BUILD_FAILED = 2,  /* compile or store failed (see error) */
+  KILN_BUILD_SHARED = 3,  /* built by another process sharing the cache while this one waited */
   KILN_BUILD_FETCHED = 4, /* fetched from the remote cache (include/kiln/remote.h) */
 } kiln_build_outcome;
 
@@ -34,23 +34,23 @@ typedef struct kiln_build_item {
   kiln_target target;
   char target_name[16];
   kiln_build_outcome outcome;
-  kiln_status status;  /* KILN_OK unless FAILED */
-  char error[512];     /* one line, when FAILED */
-  char *log_tail;      /* last lines of the build log when the compile failed */
-  kiln_record record;  /* valid for HIT, BUILT, SHARED and FETCHED */
+  kiln_status status; /* KILN_OK unless FAILED */
+  char error[512];    /* one line, when FAILED */
+  char *log_tail;     /* last lines of the build log when the compile failed */
+  kiln_record record; /* valid for HIT, BUILT, SHARED and FETCHED */
 } kiln_build_item;
 
 typedef struct kiln_build_summary {
   size_t n_items;
   kiln_build_item *items;
   size_t targets, hits, built, failed;
-  size_t shared;    /* built by another process (single flight) */
-  size_t fetched;   /* from the remote cache */
-  size_t uploaded;  /* written back to the remote cache now */
+  size_t shared;             /* built by another process (single flight) */
+  size_t fetched;            /* from the remote cache */
+  size_t uploaded;           /* written back to the remote cache now */
   kiln_status upload_status; /* KILN_OK, or why the write-back failed (the build did not) */
   char upload_error[512];
   size_t taken_over; /* leases taken over from a stale or dead builder */
-  uint64_t bytes;   /* bytes of every artifact in the plan */
+  uint64_t bytes;    /* bytes of every artifact in the plan */
   double wall_ms;
   double compile_cpu_s; /* CPU seconds of this process's compile threads */
 } kiln_build_summary;
@@ -60,19 +60,20 @@ typedef void (*kiln_build_progress_fn)(const kiln_build_item *item, size_t done,
                                        void *user);
 
 typedef struct kiln_build_options {
-  int version;                 /* KILN_BUILD_OPTIONS_VERSION */
-  const kiln_target *targets;  /* required */
+  int version;                /* KILN_BUILD_OPTIONS_VERSION */
+  const kiln_target *targets; /* required */
   size_t n_targets;
-  const char *kernels_glob;    /* fnmatch over unit names; NULL: every unit */
-  int jobs; /* compile threads; KILN_ENV: KILN_JOBS, else the CPUs this process may run on */
-  int rebuild;                 /* compile even on a hit */
+  const char *kernels_glob; /* fnmatch over unit names; NULL: every unit */
+  int jobs;    /* compile threads; KILN_ENV: KILN_JOBS, else the CPUs this process may run on */
+  int rebuild; /* compile even on a hit */
   kiln_build_progress_fn progress;
   void *user;
   /* Single flight: each missing (unit, target) is compiled by one process per
    * cache directory, under a lease row in its index; the others wait. */
-  double lease_stale_s;  /* take over a lease not renewed for this long; KILN_ENV: KILN_LEASE_STALE */
-  double wait_timeout_s; /* give up waiting for another builder after this;
-                            KILN_ENV: KILN_BUILD_TIMEOUT */
+  double
+      lease_stale_s; /* take over a lease not renewed for this long; KILN_ENV: KILN_LEASE_STALE */
+  double wait_timeout_s;    /* give up waiting for another builder after this;
+                               KILN_ENV: KILN_BUILD_TIMEOUT */
   const char *const *units; /* exact unit names (instead of kernels_glob), or NULL */
   size_t n_units;
   /* The cache's remote (kiln_cache_set_remote), if any: what this process
@@ -90,9 +91,11 @@ typedef struct kiln_build_options {
 /* Fields at KILN_ENV are taken from the environment (include/kiln/api.h). */
 #define KILN_BUILD_OPTIONS_VERSION 1
 #define KILN_BUILD_OPTIONS_INIT                                                                    \
-  {.version = KILN_BUILD_OPTIONS_VERSION, .targets = NULL, .n_targets = 0, .kernels_glob = NULL,  \
-   .jobs = KILN_ENV, .rebuild = 0, .progress = NULL, .user = NULL, .lease_stale_s = KILN_ENV,     \
-   .wait_timeout_s = KILN_ENV, .units = NULL, .n_units = 0, .no_remote = 0, .offline = KILN_ENV}
+  {                                                                                                \
+    .version = KILN_BUILD_OPTIONS_VERSION, .targets = NULL, .n_targets = 0, .kernels_glob = NULL,  \
+    .jobs = KILN_ENV, .rebuild = 0, .progress = NULL, .user = NULL, .lease_stale_s = KILN_ENV,     \
+    .wait_timeout_s = KILN_ENV, .units = NULL, .n_units = 0, .no_remote = 0, .offline = KILN_ENV   \
+  }
 
 /* Fills opts as KILN_BUILD_OPTIONS_INIT does, for the given version.
  * KILN_EINVAL, naming it, for a version this libkiln does not know. */

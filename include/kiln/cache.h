@@ -38,7 +38,10 @@ typedef struct kiln_cache_options {
 
 #define KILN_CACHE_OPTIONS_VERSION 1
 #define KILN_CACHE_OPTIONS_INIT                                                                    \
-  {.version = KILN_CACHE_OPTIONS_VERSION, .dir = NULL, .ro_path = NULL, .create = 1, .remote = NULL}
+  {                                                                                                \
+    .version = KILN_CACHE_OPTIONS_VERSION, .dir = NULL, .ro_path = NULL, .create = 1,              \
+    .remote = NULL                                                                                 \
+  }
 
 /* Fills opts as KILN_CACHE_OPTIONS_INIT does, for the given version (for
  * bindings that cannot use the macro). KILN_EINVAL, naming it, for a version

@@ -123,9 +123,11 @@ typedef struct kiln_coord_options {
 
 #define KILN_COORD_OPTIONS_VERSION 1
 #define KILN_COORD_OPTIONS_INIT                                                                    \
-  {.version = KILN_COORD_OPTIONS_VERSION, .targets = NULL, .n_targets = 0, .kernels = NULL,       \
-   .heartbeat_s = KILN_ENV, .timeout_s = KILN_ENV, .jobs = KILN_ENV, .offline = KILN_ENV,         \
-   .progress = NULL, .user = NULL}
+  {                                                                                                \
+    .version = KILN_COORD_OPTIONS_VERSION, .targets = NULL, .n_targets = 0, .kernels = NULL,       \
+    .heartbeat_s = KILN_ENV, .timeout_s = KILN_ENV, .jobs = KILN_ENV, .offline = KILN_ENV,         \
+    .progress = NULL, .user = NULL                                                                 \
+  }
 
 /* Fills opts as KILN_COORD_OPTIONS_INIT does, for the given version.
  * KILN_EINVAL, naming it, for a version this libkiln does not know. */

@@ -3,9 +3,9 @@
 #define KILN_KILN_H
 #include "kiln/build.h"
 #include "kiln/cache.h"
+#include "kiln/comm.h"
 #include "kiln/kernels.h"
 #include "kiln/loader.h"
-#include "kiln/comm.h"
 #include "kiln/log.h"
 #include "kiln/ops.h"
 #include "kiln/probe.h"

@@ -47,11 +47,11 @@ typedef struct kiln_coord_report kiln_coord_report;
 typedef struct kiln_device_info {
   int ordinal;
   char name[128];
-  int cc_major, cc_minor;     /* compute capability, e.g. 9.0 */
-  int sm_count;               /* multiprocessors */
-  uint64_t total_mem;         /* bytes */
-  int driver_version;         /* CUDA version of the driver, e.g. 12080 for 12.8 */
-  int ptx_isa;                /* highest PTX ISA it can JIT, x10: 87 for PTX 8.7 */
+  int cc_major, cc_minor; /* compute capability, e.g. 9.0 */
+  int sm_count;           /* multiprocessors */
+  uint64_t total_mem;     /* bytes */
+  int driver_version;     /* CUDA version of the driver, e.g. 12080 for 12.8 */
+  int ptx_isa;            /* highest PTX ISA it can JIT, x10: 87 for PTX 8.7 */
 } kiln_device_info;
 
 /* Number of CUDA devices; KILN_EDRIVER (with the reason) when there is no
@@ -68,16 +68,17 @@ KILN_API int kiln_driver_ptx_isa(int driver_version);
 /* Fields at KILN_ENV / NULL are taken from the environment (include/kiln/api.h).
  * The log level is process-wide: kiln_log_set_level (include/kiln/log.h). */
 typedef struct kiln_loader_options {
-  int version;  /* KILN_LOADER_OPTIONS_VERSION */
-  int device;   /* ordinal (default 0), or KILN_LOADER_CURRENT_CONTEXT */
+  int version; /* KILN_LOADER_OPTIONS_VERSION */
+  int device;  /* ordinal (default 0), or KILN_LOADER_CURRENT_CONTEXT */
   /* The cache the loader opens (its directory, read-only layers and remote);
    * NULL: KILN_CACHE_OPTIONS_INIT, i.e. all from the environment. Copied at
    * open; create is ignored (the loader always creates its directory). */
   const kiln_cache_options *cache;
-  int offline;            /* 1: never build; 0: may build; KILN_ENV: KILN_OFFLINE (default 0) */
-  double lease_stale_s;   /* a build lease this old is taken over; KILN_ENV: KILN_LEASE_STALE (30) */
+  int offline;          /* 1: never build; 0: may build; KILN_ENV: KILN_OFFLINE (default 0) */
+  double lease_stale_s; /* a build lease this old is taken over; KILN_ENV: KILN_LEASE_STALE (30) */
   double build_timeout_s; /* longest wait for one build, own or another process's, and the
-                             silence limit of a multi-rank warmup; KILN_ENV: KILN_BUILD_TIMEOUT (1800) */
+                             silence limit of a multi-rank warmup; KILN_ENV: KILN_BUILD_TIMEOUT
+                             (1800) */
   int jobs;               /* compile threads; KILN_ENV: KILN_JOBS, else the CPUs it may run on */
   /* A shell glob over unit names (`kiln list`) that kiln_loader_warmup loads,
    * e.g. "scaled_*"; NULL: every unit. Ops resolve their own unit on first
@@ -90,9 +91,11 @@ typedef struct kiln_loader_options {
 
 #define KILN_LOADER_OPTIONS_VERSION 1
 #define KILN_LOADER_OPTIONS_INIT                                                                   \
-  {.version = KILN_LOADER_OPTIONS_VERSION, .device = 0, .cache = NULL, .offline = KILN_ENV,       \
-   .lease_stale_s = KILN_ENV, .build_timeout_s = KILN_ENV, .jobs = KILN_ENV, .kernels = NULL,      \
-   .heartbeat_s = KILN_ENV}
+  {                                                                                                \
+    .version = KILN_LOADER_OPTIONS_VERSION, .device = 0, .cache = NULL, .offline = KILN_ENV,       \
+    .lease_stale_s = KILN_ENV, .build_timeout_s = KILN_ENV, .jobs = KILN_ENV, .kernels = NULL,     \
+    .heartbeat_s = KILN_ENV                                                                        \
+  }
 
 /* Fills opts as KILN_LOADER_OPTIONS_INIT does, for the given version.
  * KILN_EINVAL, naming it, for a version this libkiln does not know. */
@@ -140,10 +143,10 @@ typedef enum kiln_load_source {
 typedef struct kiln_unit_load {
   char unit[64];
   kiln_load_source source;
-  char target[16];  /* "sm_90", "compute_80" */
-  char digest[65];  /* the blob loaded */
-  int layer;        /* 0 primary, 1.. read-only layers */
-  double ms;        /* resolve + load wall time */
+  char target[16]; /* "sm_90", "compute_80" */
+  char digest[65]; /* the blob loaded */
+  int layer;       /* 0 primary, 1.. read-only layers */
+  double ms;       /* resolve + load wall time */
 } kiln_unit_load;
 
 /* KILN_ENOTFOUND if the unit is not loaded (yet). */
@@ -158,8 +161,8 @@ KILN_API const char *kiln_load_source_str(kiln_load_source s);
  * rebuilds or picks another candidate). KILN_OK when everything passed;
  * KILN_ECORRUPT naming the first failure otherwise. */
 typedef struct kiln_loader_verify_summary {
-  size_t entries;  /* entry points run */
-  size_t failed;   /* entry points whose result was wrong */
+  size_t entries; /* entry points run */
+  size_t failed;  /* entry points whose result was wrong */
   size_t units_quarantined;
   char first_failure[256];
 } kiln_loader_verify_summary;

@@ -28,13 +28,13 @@ typedef enum kiln_dtype { KILN_F32 = 0, KILN_F16 = 1, KILN_BF16 = 2 } kiln_dtype
 KILN_API const char *kiln_dtype_str(kiln_dtype dt);
 
 /* softmax(scale * x) over the last dimension of x[rows, cols]; y may be x. */
-KILN_API kiln_status kiln_scaled_softmax_fwd(kiln_loader *l, kiln_dtype dt, void *y,
-                                             const void *x, long long rows, int cols,
-                                             float scale, struct CUstream_st *stream);
+KILN_API kiln_status kiln_scaled_softmax_fwd(kiln_loader *l, kiln_dtype dt, void *y, const void *x,
+                                             long long rows, int cols, float scale,
+                                             struct CUstream_st *stream);
 /* dx = scale * y * (dy - sum(dy * y)); dx may be dy or y. */
-KILN_API kiln_status kiln_scaled_softmax_bwd(kiln_loader *l, kiln_dtype dt, void *dx,
-                                             const void *y, const void *dy, long long rows,
-                                             int cols, float scale, struct CUstream_st *stream);
+KILN_API kiln_status kiln_scaled_softmax_bwd(kiln_loader *l, kiln_dtype dt, void *dx, const void *y,
+                                             const void *dy, long long rows, int cols, float scale,
+                                             struct CUstream_st *stream);
 
 /* x, y: [b, heads, sq, sk]; mask: uint8 [mask_batches, 1, sq, sk], nonzero =
  * masked, mask_batches 1 (broadcast over the batch) or b. */
@@ -43,18 +43,19 @@ KILN_API kiln_status kiln_scaled_masked_softmax_fwd(kiln_loader *l, kiln_dtype d
                                                     int heads, int sq, int sk, int mask_batches,
                                                     float scale, struct CUstream_st *stream);
 KILN_API kiln_status kiln_scaled_masked_softmax_bwd(kiln_loader *l, kiln_dtype dt, void *dx,
-                                                    const void *y, const void *dy, int b,
-                                                    int heads, int sq, int sk, float scale,
+                                                    const void *y, const void *dy, int b, int heads,
+                                                    int sq, int sk, float scale,
                                                     struct CUstream_st *stream);
 
 /* Causal: x, y: [attn_batches, sq, sk]; query i sees keys 0..i. */
-KILN_API kiln_status kiln_scaled_upper_triang_masked_softmax_fwd(
-    kiln_loader *l, kiln_dtype dt, void *y, const void *x, long long attn_batches, int sq,
-    int sk, float scale, struct CUstream_st *stream);
+KILN_API kiln_status kiln_scaled_upper_triang_masked_softmax_fwd(kiln_loader *l, kiln_dtype dt,
+                                                                 void *y, const void *x,
+                                                                 long long attn_batches, int sq,
+                                                                 int sk, float scale,
+                                                                 struct CUstream_st *stream);
 KILN_API kiln_status kiln_scaled_upper_triang_masked_softmax_bwd(
-    kiln_loader *l, kiln_dtype dt, void *dx, const void *y, const void *dy,
-    long long attn_batches, int sq, int sk, float scale, struct CUstream_st *stream);
-
+    kiln_loader *l, kiln_dtype dt, void *dx, const void *y, const void *dy, long long attn_batches,
+    int sq, int sk, float scale, struct CUstream_st *stream);
 
 /* ---- data errors -------------------------------------------------------------
  * Ops whose input can be invalid in its values, not its shape (token ids,
@@ -87,9 +88,9 @@ KILN_API kiln_status kiln_ops_check(kiln_loader *l, struct CUstream_st *stream);
  * kiln_*_norm_bwd_workspace_size(rows, cols) bytes, 256-byte aligned (what
  * cuMemAlloc returns); its contents on entry do not matter. */
 KILN_API kiln_status kiln_layer_norm_fwd(kiln_loader *l, kiln_dtype dt, kiln_dtype wdt, void *y,
-                                         float *mean, float *rstd, const void *x,
-                                         const void *gamma, const void *beta, long long rows,
-                                         int cols, float eps, struct CUstream_st *stream);
+                                         float *mean, float *rstd, const void *x, const void *gamma,
+                                         const void *beta, long long rows, int cols, float eps,
+                                         struct CUstream_st *stream);
 KILN_API size_t kiln_layer_norm_bwd_workspace_size(long long rows, int cols);
 KILN_API kiln_status kiln_layer_norm_bwd(kiln_loader *l, kiln_dtype dt, kiln_dtype wdt, void *dx,
                                          void *dgamma, void *dbeta, const void *dy, const void *x,
@@ -125,18 +126,18 @@ KILN_API kiln_status kiln_rms_norm_bwd(kiln_loader *l, kiln_dtype dt, kiln_dtype
  * deterministic = 0 uses fp32 atomics (faster, order-dependent rounding).
  * workspace: at least kiln_embedding_bwd_workspace_size(...) bytes (0 for
  * the atomic path), 256-byte aligned. */
-KILN_API kiln_status kiln_embedding_fwd(kiln_loader *l, kiln_dtype dt, void *y,
-                                        const int64_t *ids, const void *weight,
-                                        long long n_tokens, int hidden, long long vocab_start,
-                                        long long vocab_end, long long vocab_size,
-                                        unsigned flags, struct CUstream_st *stream);
+KILN_API kiln_status kiln_embedding_fwd(kiln_loader *l, kiln_dtype dt, void *y, const int64_t *ids,
+                                        const void *weight, long long n_tokens, int hidden,
+                                        long long vocab_start, long long vocab_end,
+                                        long long vocab_size, unsigned flags,
+                                        struct CUstream_st *stream);
 KILN_API size_t kiln_embedding_bwd_workspace_size(long long n_tokens, long long vocab_start,
                                                   long long vocab_end, int deterministic);
 KILN_API kiln_status kiln_embedding_bwd(kiln_loader *l, kiln_dtype dt, float *dweight,
                                         const void *dy, const int64_t *ids, long long n_tokens,
                                         int hidden, long long vocab_start, long long vocab_end,
-                                        int deterministic, void *workspace,
-                                        size_t workspace_bytes, struct CUstream_st *stream);
+                                        int deterministic, void *workspace, size_t workspace_bytes,
+                                        struct CUstream_st *stream);
 
 /* ---- bias + activation ----------------------------------------------------------
  * x, y, dx, dy: [rows, cols] of dt, bias: [cols] of dt or NULL (no bias).
@@ -160,8 +161,8 @@ KILN_API kiln_status kiln_bias_swiglu_fwd(kiln_loader *l, kiln_dtype dt, void *y
                                           const void *bias, long long rows, int cols,
                                           struct CUstream_st *stream);
 KILN_API kiln_status kiln_bias_swiglu_bwd(kiln_loader *l, kiln_dtype dt, void *dx, const void *dy,
-                                          const void *x, const void *bias, long long rows,
-                                          int cols, struct CUstream_st *stream);
+                                          const void *x, const void *bias, long long rows, int cols,
+                                          struct CUstream_st *stream);
 
 /* ---- bias + dropout + residual add ---------------------------------------------
  * y = residual + dropout_p(x + bias) over [rows, cols] of dt, bias [cols] or
@@ -196,7 +197,10 @@ KILN_API kiln_status kiln_bias_dropout_add_bwd(kiln_loader *l, kiln_dtype dt, vo
  * KILN_ROPE_INTERLEAVED (GPT-J). The backward rotates dy by -angle. y may be
  * x, dx may be dy. */
 typedef enum kiln_rope_layout { KILN_ROPE_SBHD = 0, KILN_ROPE_BSHD = 1 } kiln_rope_layout;
-typedef enum kiln_rope_style { KILN_ROPE_ROTATE_HALF = 0, KILN_ROPE_INTERLEAVED = 1 } kiln_rope_style;
+typedef enum kiln_rope_style {
+  KILN_ROPE_ROTATE_HALF = 0,
+  KILN_ROPE_INTERLEAVED = 1
+} kiln_rope_style;
 KILN_API kiln_status kiln_rope_fwd(kiln_loader *l, kiln_dtype dt, kiln_rope_layout layout,
                                    kiln_rope_style style, void *y, const void *x,
                                    const float *angles, int s, int b, int h, int d, int rot_dim,
@@ -219,11 +223,10 @@ KILN_API kiln_status kiln_rope_bwd(kiln_loader *l, kiln_dtype dt, kiln_rope_layo
  * flags: 0 or KILN_OPS_SYNC_CHECK.
  *
  * TP = 1 (vocab_start = 0, vocab_part = vocab_size): one fused pass. */
-KILN_API kiln_status kiln_cross_entropy_fwd(kiln_loader *l, kiln_dtype dt, float *loss,
-                                            float *lse, const void *logits,
-                                            const int64_t *target, long long rows, int vocab_size,
-                                            long long ignore_index, unsigned flags,
-                                            struct CUstream_st *stream);
+KILN_API kiln_status kiln_cross_entropy_fwd(kiln_loader *l, kiln_dtype dt, float *loss, float *lse,
+                                            const void *logits, const int64_t *target,
+                                            long long rows, int vocab_size, long long ignore_index,
+                                            unsigned flags, struct CUstream_st *stream);
 /* TP > 1, three steps around three small all-reduces:
  *   1. stats: row_max[r] = max of the partition's logits, sumexp[r] = sum
  *      exp(logit - row_max[r]), tgt[r] = the target's logit if it is in the
@@ -236,13 +239,13 @@ KILN_API kiln_status kiln_cross_entropy_fwd(kiln_loader *l, kiln_dtype dt, float
  * All vectors fp32 [rows]. */
 KILN_API kiln_status kiln_cross_entropy_stats(kiln_loader *l, kiln_dtype dt, float *row_max,
                                               float *sumexp, float *tgt, const void *logits,
-                                              const int64_t *target, long long rows,
-                                              int vocab_part, long long vocab_start,
-                                              long long vocab_size, long long ignore_index,
-                                              unsigned flags, struct CUstream_st *stream);
-KILN_API kiln_status kiln_cross_entropy_rescale(kiln_loader *l, float *sumexp,
-                                                const float *row_max, const float *gmax,
-                                                long long rows, struct CUstream_st *stream);
+                                              const int64_t *target, long long rows, int vocab_part,
+                                              long long vocab_start, long long vocab_size,
+                                              long long ignore_index, unsigned flags,
+                                              struct CUstream_st *stream);
+KILN_API kiln_status kiln_cross_entropy_rescale(kiln_loader *l, float *sumexp, const float *row_max,
+                                                const float *gmax, long long rows,
+                                                struct CUstream_st *stream);
 KILN_API kiln_status kiln_cross_entropy_loss(kiln_loader *l, float *loss, float *lse,
                                              const float *gmax, const float *sumexp,
                                              const float *tgt, const int64_t *target,
@@ -254,9 +257,9 @@ KILN_API kiln_status kiln_cross_entropy_loss(kiln_loader *l, float *loss, float 
  * vocab_part) is another rank's: no one-hot term. */
 KILN_API kiln_status kiln_cross_entropy_bwd(kiln_loader *l, kiln_dtype dt, void *logits,
                                             const float *lse, const float *dloss,
-                                            const int64_t *target, long long rows,
-                                            int vocab_part, long long vocab_start,
-                                            long long ignore_index, struct CUstream_st *stream);
+                                            const int64_t *target, long long rows, int vocab_part,
+                                            long long vocab_start, long long ignore_index,
+                                            struct CUstream_st *stream);
 
 #ifdef __cplusplus
 }

@@ -84,7 +84,8 @@ typedef struct kiln_doctor_options {
 } kiln_doctor_options;
 
 #define KILN_DOCTOR_OPTIONS_VERSION 1
-#define KILN_DOCTOR_OPTIONS_INIT {.version = KILN_DOCTOR_OPTIONS_VERSION, .dirs = NULL, .n_dirs = 0}
+#define KILN_DOCTOR_OPTIONS_INIT                                                                   \
+  { .version = KILN_DOCTOR_OPTIONS_VERSION, .dirs = NULL, .n_dirs = 0 }
 
 /* Fills opts as KILN_DOCTOR_OPTIONS_INIT does, for the given version.
  * KILN_EINVAL, naming it, for a version this libkiln does not know. */

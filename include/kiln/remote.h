@@ -35,23 +35,26 @@ extern "C" {
 
 /* Fields at KILN_ENV / NULL are taken from the environment (include/kiln/api.h). */
 typedef struct kiln_remote_options {
-  int version;               /* KILN_REMOTE_OPTIONS_VERSION */
-  const char *url;           /* base URL, http:// or https://; NULL: KILN_REMOTE_URL; "": none */
-  int upload;                /* 1 write back, 0 read only; KILN_ENV: KILN_REMOTE_UPLOAD (default 0) */
-  const char *token_file;    /* bearer token; NULL: KILN_REMOTE_TOKEN_FILE (else .netrc, if any) */
-  const char *hmac_key_file; /* sign uploads, reject unsigned records; NULL: KILN_REMOTE_HMAC_KEY_FILE */
-  const char *ca_file;       /* CA bundle for TLS; NULL: KILN_REMOTE_CA_FILE (else the system's) */
-  double connect_timeout_s;  /* KILN_ENV: KILN_REMOTE_CONNECT_TIMEOUT (default 5) */
-  double timeout_s;          /* one request, in total; KILN_ENV: KILN_REMOTE_TIMEOUT (default 60) */
-  int retries; /* extra attempts on connection errors and 5xx; KILN_ENV: KILN_REMOTE_RETRIES (2) */
+  int version;            /* KILN_REMOTE_OPTIONS_VERSION */
+  const char *url;        /* base URL, http:// or https://; NULL: KILN_REMOTE_URL; "": none */
+  int upload;             /* 1 write back, 0 read only; KILN_ENV: KILN_REMOTE_UPLOAD (default 0) */
+  const char *token_file; /* bearer token; NULL: KILN_REMOTE_TOKEN_FILE (else .netrc, if any) */
+  const char
+      *hmac_key_file;  /* sign uploads, reject unsigned records; NULL: KILN_REMOTE_HMAC_KEY_FILE */
+  const char *ca_file; /* CA bundle for TLS; NULL: KILN_REMOTE_CA_FILE (else the system's) */
+  double connect_timeout_s; /* KILN_ENV: KILN_REMOTE_CONNECT_TIMEOUT (default 5) */
+  double timeout_s;         /* one request, in total; KILN_ENV: KILN_REMOTE_TIMEOUT (default 60) */
+  int retries;  /* extra attempts on connection errors and 5xx; KILN_ENV: KILN_REMOTE_RETRIES (2) */
   int parallel; /* transfers at once; KILN_ENV: KILN_REMOTE_PARALLEL (default 16) */
 } kiln_remote_options;
 
 #define KILN_REMOTE_OPTIONS_VERSION 1
 #define KILN_REMOTE_OPTIONS_INIT                                                                   \
-  {.version = KILN_REMOTE_OPTIONS_VERSION, .url = NULL, .upload = KILN_ENV, .token_file = NULL,    \
-   .hmac_key_file = NULL, .ca_file = NULL, .connect_timeout_s = KILN_ENV, .timeout_s = KILN_ENV,   \
-   .retries = KILN_ENV, .parallel = KILN_ENV}
+  {                                                                                                \
+    .version = KILN_REMOTE_OPTIONS_VERSION, .url = NULL, .upload = KILN_ENV, .token_file = NULL,   \
+    .hmac_key_file = NULL, .ca_file = NULL, .connect_timeout_s = KILN_ENV, .timeout_s = KILN_ENV,  \
+    .retries = KILN_ENV, .parallel = KILN_ENV                                                      \
+  }
 
 /* Fills opts as KILN_REMOTE_OPTIONS_INIT does, for the given version.
  * KILN_EINVAL, naming it, for a version this libkiln does not know. */
@@ -115,14 +118,14 @@ KILN_API kiln_status kiln_remote_stats_get(kiln_remote_stats *out, kiln_cache *c
 /* For kiln doctor: one round trip to the remote (GET of a record that cannot
  * exist) and what it says. */
 typedef struct kiln_remote_check_result {
-  int configured;  /* a URL is set */
-  int reachable;   /* an HTTP answer came back */
-  int authorized;  /* not 401/403 */
-  int signing;     /* an HMAC key is configured */
-  int upload;      /* write back is on */
-  int tls;         /* https */
+  int configured; /* a URL is set */
+  int reachable;  /* an HTTP answer came back */
+  int authorized; /* not 401/403 */
+  int signing;    /* an HMAC key is configured */
+  int upload;     /* write back is on */
+  int tls;        /* https */
   long http_status;
-  double ms;       /* the round trip */
+  double ms;        /* the round trip */
   char detail[512]; /* the transport error or the status line, no secrets */
 } kiln_remote_check_result;
 

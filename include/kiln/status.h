@@ -14,25 +14,25 @@ extern "C" {
 
 typedef enum kiln_status {
   KILN_OK = 0,
-  KILN_EINVAL = -1,       /* invalid argument or input */
-  KILN_ENOMEM = -2,       /* out of memory */
-  KILN_EIO = -3,          /* file system error (errno text in the detail) */
-  KILN_ENOTFOUND = -4,    /* no such record, unit, target or file */
-  KILN_EEXISTS = -5,      /* already exists */
-  KILN_ECORRUPT = -6,     /* digest mismatch, truncated blob, malformed record */
-  KILN_EPERM = -7,        /* unsafe ownership or permissions */
-  KILN_ENOSPC = -8,       /* no space left on the device */
-  KILN_ECOMPILE = -9,     /* the kernel failed to compile (log in the record) */
-  KILN_ENONVRTC = -10,    /* NVRTC could not be loaded */
-  KILN_EDB = -11,         /* the sqlite index failed */
+  KILN_EINVAL = -1,        /* invalid argument or input */
+  KILN_ENOMEM = -2,        /* out of memory */
+  KILN_EIO = -3,           /* file system error (errno text in the detail) */
+  KILN_ENOTFOUND = -4,     /* no such record, unit, target or file */
+  KILN_EEXISTS = -5,       /* already exists */
+  KILN_ECORRUPT = -6,      /* digest mismatch, truncated blob, malformed record */
+  KILN_EPERM = -7,         /* unsafe ownership or permissions */
+  KILN_ENOSPC = -8,        /* no space left on the device */
+  KILN_ECOMPILE = -9,      /* the kernel failed to compile (log in the record) */
+  KILN_ENONVRTC = -10,     /* NVRTC could not be loaded */
+  KILN_EDB = -11,          /* the sqlite index failed */
   KILN_EUNSUPPORTED = -12, /* unsupported target or feature */
-  KILN_ELOCKED = -13,     /* held by another process */
-  KILN_ETIMEDOUT = -14,   /* a bounded wait ran out */
-  KILN_EPEER = -15,       /* a peer rank failed or went silent */
-  KILN_EMISMATCH = -16,   /* ranks or layers disagree */
-  KILN_EDRIVER = -17,     /* the CUDA driver failed */
-  KILN_EREMOTE = -18,     /* the remote cache failed */
-  KILN_EINTERNAL = -19,   /* a bug in kiln */
+  KILN_ELOCKED = -13,      /* held by another process */
+  KILN_ETIMEDOUT = -14,    /* a bounded wait ran out */
+  KILN_EPEER = -15,        /* a peer rank failed or went silent */
+  KILN_EMISMATCH = -16,    /* ranks or layers disagree */
+  KILN_EDRIVER = -17,      /* the CUDA driver failed */
+  KILN_EREMOTE = -18,      /* the remote cache failed */
+  KILN_EINTERNAL = -19,    /* a bug in kiln */
 } kiln_status;
 
 /* Short constant name of a status, e.g. "KILN_ENOSPC". Never NULL. */

@@ -11,9 +11,7 @@
 #include "common/kiln_types.cuh"
 
 /* Elements of T in 16 bytes: 4 for float, 8 for kiln_f16 / kiln_bf16. */
-template <typename T> struct kiln_vec_width {
-  static const int value = 16 / (int)sizeof(T);
-};
+template <typename T> struct kiln_vec_width { static const int value = 16 / (int)sizeof(T); };
 #define KILN_VEC(T) (kiln_vec_width<T>::value)
 
 struct alignas(16) kiln_v16 {

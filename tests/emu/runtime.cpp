@@ -114,7 +114,7 @@ struct fiber {
 
 struct warp {
   int arrived;
-  unsigned gen;      /* completed shuffles; its parity picks the slot set */
+  unsigned gen;         /* completed shuffles; its parity picks the slot set */
   uint32_t slot[2][32]; /* double-buffered: see warp_exchange */
   int waiting[32];
 };
@@ -164,8 +164,7 @@ int ready_from(unsigned from, int skip) {
 
 int pick() {
   switch (S.policy) {
-  case kPolicyInOrder:
-    return ready_from(0, -1);
+  case kPolicyInOrder: return ready_from(0, -1);
   case kPolicyReverse:
     for (int w = (int)(S.nthreads + 63) / 64 - 1; w >= 0; --w)
       if (S.ready[w]) return w * 64 + 63 - __builtin_clzll(S.ready[w]);
@@ -174,8 +173,7 @@ int pick() {
     const int t = ready_from((unsigned)(S.rng() % S.nthreads), S.slow_warp);
     return t >= 0 ? t : ready_from(0, -1);
   }
-  default:
-    return ready_from((unsigned)(S.rng() % S.nthreads), -1);
+  default: return ready_from((unsigned)(S.rng() % S.nthreads), -1);
   }
 }
 

@@ -35,12 +35,8 @@ void fill_forward_inputs(buffer *x, buffer *mask, const test_case &c, const row_
     const int lim = row_limit(g, r);
     const int j = (int)(rng() % (unsigned)lim);
     switch (c.special ? r % 9 : 0) {
-    case 1:
-      x->set(off + j, NAN);
-      break;
-    case 2:
-      x->set(off + j, INFINITY);
-      break;
+    case 1: x->set(off + j, NAN); break;
+    case 2: x->set(off + j, INFINITY); break;
     case 3:
       for (int k = 0; k < c.cols; k += 2)
         x->set(off + k, -INFINITY);
@@ -49,9 +45,7 @@ void fill_forward_inputs(buffer *x, buffer *mask, const test_case &c, const row_
       for (int k = 0; k < c.cols; ++k)
         x->set(off + k, -INFINITY);
       break;
-    case 5:
-      x->set(off + j, huge_value(x->dtype));
-      break;
+    case 5: x->set(off + j, huge_value(x->dtype)); break;
     case 6:
       for (int k = 0; k < c.cols; ++k)
         x->set(off + k, 1.5f);
@@ -64,8 +58,7 @@ void fill_forward_inputs(buffer *x, buffer *mask, const test_case &c, const row_
       for (int k = 0; k < c.cols; ++k)
         x->set(off + k, (nd(rng) - 300.f) / c.scale);
       break;
-    default:
-      break;
+    default: break;
     }
     /* Values the contract says are never used: NaN must not leak from them. */
     for (int k = lim; k < c.cols; ++k) /* causal upper triangle */

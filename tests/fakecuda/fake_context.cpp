@@ -77,15 +77,9 @@ CUresult fake_DeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) {
   if (CUresult r = check_device(d)) return r;
   const device &dev = cfg().devices[d];
   switch (a) {
-  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
-    *v = dev.major;
-    return CUDA_SUCCESS;
-  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
-    *v = dev.minor;
-    return CUDA_SUCCESS;
-  case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
-    *v = kSmCount;
-    return CUDA_SUCCESS;
+  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = dev.major; return CUDA_SUCCESS;
+  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = dev.minor; return CUDA_SUCCESS;
+  case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = kSmCount; return CUDA_SUCCESS;
   default: /* the fake models no other attribute: a caller that needs one must say so here */
     return CUDA_ERROR_INVALID_VALUE;
   }

@@ -8,7 +8,8 @@ namespace kiln_fake {
 
 /* Empty until a fake_<family>.cpp defines the family (a strong definition
  * wins at link time). */
-#define KILN_FAKE_FAMILY_WEAK_(f) __attribute__((weak)) extern const family kFamily_##f = {nullptr, 0};
+#define KILN_FAKE_FAMILY_WEAK_(f)                                                                  \
+  __attribute__((weak)) extern const family kFamily_##f = {nullptr, 0};
 KILN_FAKE_FAMILIES(KILN_FAKE_FAMILY_WEAK_)
 #undef KILN_FAKE_FAMILY_WEAK_
 

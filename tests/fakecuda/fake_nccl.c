@@ -97,24 +97,15 @@ FAKE_EXPORT ncclResult_t ncclGetVersion(int *version) {
 
 FAKE_EXPORT const char *ncclGetErrorString(ncclResult_t r) {
   switch (r) { /* NCCL 2.21's strings */
-  case ncclSuccess:
-    return "no error";
-  case ncclUnhandledCudaError:
-    return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
-  case ncclSystemError:
-    return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
-  case ncclInternalError:
-    return "internal error - please report this issue to the NCCL developers";
-  case ncclInvalidArgument:
-    return "invalid argument (run with NCCL_DEBUG=WARN for details)";
-  case ncclInvalidUsage:
-    return "invalid usage (run with NCCL_DEBUG=WARN for details)";
-  case ncclRemoteError:
-    return "remote process exited or there was a network error";
-  case ncclInProgress:
-    return "NCCL operation in progress";
-  default:
-    return "unknown result code";
+  case ncclSuccess: return "no error";
+  case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+  case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+  case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
+  case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+  case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+  case ncclRemoteError: return "remote process exited or there was a network error";
+  case ncclInProgress: return "NCCL operation in progress";
+  default: return "unknown result code";
   }
 }
 

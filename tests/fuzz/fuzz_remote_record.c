@@ -17,7 +17,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char *doc = NULL;
   size_t len = 0;
   const char *want = size && (data[0] & 1) ? NULL : WANT_KEY;
-  if (kiln_remote_record_decode((const char *)data, size, want, key, sizeof key - 1, &a) == KILN_OK &&
+  if (kiln_remote_record_decode((const char *)data, size, want, key, sizeof key - 1, &a) ==
+          KILN_OK &&
       kiln_remote_record_decode((const char *)data, size, want, NULL, 0, &b) != KILN_OK)
     abort(); /* a signed record that passes must pass without a key too */
   if (kiln_remote_record_decode((const char *)data, size, want, NULL, 0, &a) != KILN_OK) return 0;

@@ -237,16 +237,12 @@ size_t ref_check(const ref_case *c, const void *got, const double *ref, const do
 const char *ref_shape_str(const ref_shape *s, char *out, size_t cap) {
   int n;
   switch (s->unit) {
-  case REF_PLAIN:
-    n = snprintf(out, cap, "plain  rows=%d cols=%d", s->b, s->cols);
-    break;
+  case REF_PLAIN: n = snprintf(out, cap, "plain  rows=%d cols=%d", s->b, s->cols); break;
   case REF_MASKED:
     n = snprintf(out, cap, "masked b=%d h=%d sq=%d sk=%d mb=%d", s->b, s->heads, s->sq, s->cols,
                  s->mask_batches);
     break;
-  default:
-    n = snprintf(out, cap, "causal ab=%d sq=%d sk=%d", s->b, s->sq, s->cols);
-    break;
+  default: n = snprintf(out, cap, "causal ab=%d sq=%d sk=%d", s->b, s->sq, s->cols); break;
   }
   if (n >= 0 && (size_t)n < cap)
     snprintf(out + n, cap - (size_t)n, " scale=%g%s", s->scale, s->inplace ? " in-place" : "");

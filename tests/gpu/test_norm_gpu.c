@@ -471,7 +471,8 @@ static void check_small_grids(kiln_loader *l) {
                ln ? "ln fwd" : "rms fwd", rows, cols);
       snprintf(entry, sizeof entry, "kiln_%s_fwd_bf16_wf32_%s", ln ? "layer_norm" : "rms_norm",
                cols == 4096 ? "r" : "g");
-      for (size_t i = 0; i < n; i++) gt_set(KILN_BF16, hx, i, (float)gt_rng_uniform(&seed, -3, 3));
+      for (size_t i = 0; i < n; i++)
+        gt_set(KILN_BF16, hx, i, (float)gt_rng_uniform(&seed, -3, 3));
       for (int i = 0; i < cols; i++) {
         hg[i] = (float)gt_rng_uniform(&seed, 0.5, 1.5);
         hb[i] = (float)gt_rng_uniform(&seed, -0.5, 0.5);
@@ -484,11 +485,11 @@ static void check_small_grids(kiln_loader *l) {
         goto done;
       {
         float *mean = (float *)dptr(st.p), *rstd = mean + rows;
-        kiln_status s = ln ? kiln_layer_norm_fwd(l, KILN_BF16, KILN_F32, dptr(y.p), mean, rstd,
-                                                 dptr(x.p), dptr(g.p), dptr(b.p), rows, cols,
-                                                 1e-5f, NULL)
-                           : kiln_rms_norm_fwd(l, KILN_BF16, KILN_F32, dptr(y.p), rstd, dptr(x.p),
-                                               dptr(g.p), rows, cols, 1e-5f, NULL);
+        kiln_status s =
+            ln ? kiln_layer_norm_fwd(l, KILN_BF16, KILN_F32, dptr(y.p), mean, rstd, dptr(x.p),
+                                     dptr(g.p), dptr(b.p), rows, cols, 1e-5f, NULL)
+               : kiln_rms_norm_fwd(l, KILN_BF16, KILN_F32, dptr(y.p), rstd, dptr(x.p), dptr(g.p),
+                                   rows, cols, 1e-5f, NULL);
         if (s != KILN_OK) {
           snprintf(msg, sizeof msg, "launcher: %s", kiln_last_error());
           goto done;

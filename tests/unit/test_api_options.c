@@ -19,7 +19,7 @@
 #define CHECK_INIT(type, init_fn, VERSION, INIT)                                                   \
   do {                                                                                             \
     static const type want = INIT;                                                                 \
-    type got;                                                                       \
+    type got;                                                                                      \
     char bad[32];                                                                                  \
     memset(&got, 0x5a, sizeof got);                                                                \
     assert_int_equal(init_fn(&got, VERSION), KILN_OK);                                             \

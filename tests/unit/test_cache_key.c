@@ -16,7 +16,8 @@
 #define KILN_TEST_UNIT_DIGEST "401549d1f3a5e9467501e55f930d2ca303463a385dd65a1c1afdf2c78a8ae603"
 #define KILN_TEST_KEY "b5509393485b1736be2724475e8a4296e333d63f8db2c23d84525a5437bcd4d6"
 
-static const unsigned char main_src[] = "#include \"common/a.cuh\"\nextern \"C\" __global__ void k() {}\n";
+static const unsigned char main_src[] =
+    "#include \"common/a.cuh\"\nextern \"C\" __global__ void k() {}\n";
 static const unsigned char hdr_src[] = "#define A 1\n";
 static const unsigned char hdr_src2[] = "#define A 2\n";
 
@@ -62,16 +63,16 @@ static void test_each_input_changes_the_key(void **state) {
   make_unit(&u, files, "u");
   key_of(base, &u, "sm_90", "-std=c++17", "nvrtc-13.0");
 
-  make_unit(&v, files, "other");            /* unit name */
+  make_unit(&v, files, "other"); /* unit name */
   key_of(k, &v, "sm_90", "-std=c++17", "nvrtc-13.0");
   assert_string_not_equal(base, k);
-  make_unit(&v, files2, "u");               /* a header's bytes */
+  make_unit(&v, files2, "u"); /* a header's bytes */
   key_of(k, &v, "sm_90", "-std=c++17", "nvrtc-13.0");
   assert_string_not_equal(base, k);
-  make_unit(&v, files3, "u");               /* a file's path */
+  make_unit(&v, files3, "u"); /* a file's path */
   key_of(k, &v, "sm_90", "-std=c++17", "nvrtc-13.0");
   assert_string_not_equal(base, k);
-  make_unit(&v, files4, "u");               /* a file's size */
+  make_unit(&v, files4, "u"); /* a file's size */
   key_of(k, &v, "sm_90", "-std=c++17", "nvrtc-13.0");
   assert_string_not_equal(base, k);
   key_of(k, &u, "sm_80", "-std=c++17", "nvrtc-13.0"); /* target */
@@ -105,12 +106,12 @@ static void test_environment_does_not_change_the_key(void **state) {
   key_of(a, u, "sm_90", "-std=c++17", "nvrtc-13.0");
   test_make_tmpdir(dir, sizeof dir);
   assert_non_null(getcwd(old, sizeof old));
-  assert_int_equal(chdir(dir), 0);                       /* cwd */
-  setenv("KILN_CACHE_DIR", dir, 1);                      /* cache path */
-  setenv("HOSTNAME", "elsewhere", 1);                    /* host */
+  assert_int_equal(chdir(dir), 0);    /* cwd */
+  setenv("KILN_CACHE_DIR", dir, 1);   /* cache path */
+  setenv("HOSTNAME", "elsewhere", 1); /* host */
   key_of(b, u, "sm_90", "-std=c++17", "nvrtc-13.0");
   assert_string_equal(a, b);
-  sleep(1);                                              /* time */
+  sleep(1); /* time */
   key_of(b, u, "sm_90", "-std=c++17", "nvrtc-13.0");
   assert_string_equal(a, b);
   assert_int_equal(chdir(old), 0);

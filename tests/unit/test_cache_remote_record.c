@@ -127,8 +127,10 @@ static char *with(const char *field, const char *json) {
   assert_non_null(p);
   {
     char *end = p + strlen(pat);
-    if (*end == '"') end = strchr(end + 1, '"') + 1;
-    else end += strcspn(end, ",}");
+    if (*end == '"')
+      end = strchr(end + 1, '"') + 1;
+    else
+      end += strcspn(end, ",}");
     if (*end == ',' && !*json) end++;
     memcpy(out, doc, (size_t)(p - doc));
     if (*json) sprintf(out + strlen(out), "%s%s", pat, json);
@@ -194,9 +196,9 @@ static void test_extra_field_and_limits(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_canonical_golden),    cmocka_unit_test(test_round_trip_unsigned),
-      cmocka_unit_test(test_round_trip_signed),   cmocka_unit_test(test_independent_signature),
-      cmocka_unit_test(test_signature_failures),  cmocka_unit_test(test_malformed),
+      cmocka_unit_test(test_canonical_golden),       cmocka_unit_test(test_round_trip_unsigned),
+      cmocka_unit_test(test_round_trip_signed),      cmocka_unit_test(test_independent_signature),
+      cmocka_unit_test(test_signature_failures),     cmocka_unit_test(test_malformed),
       cmocka_unit_test(test_extra_field_and_limits),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

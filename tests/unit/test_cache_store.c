@@ -1,12 +1,12 @@
 /* cache/store.c, records.c, blobs.c, maintain.c: the local store's contract. */
+#include <dirent.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -103,8 +103,10 @@ static void test_put_get_round_trip(void **state) {
   free(blob);
   /* idempotent */
   assert_int_equal(kiln_cache_put(f->c, &r, "artifact-bytes", 14, NULL, 0), KILN_OK);
-  assert_int_equal(kiln_cache_get(NULL, NULL, NULL, f->c, "0000000000000000000000000000000000000000000000000000000000000000"),
-                   KILN_ENOTFOUND);
+  assert_int_equal(
+      kiln_cache_get(NULL, NULL, NULL, f->c,
+                     "0000000000000000000000000000000000000000000000000000000000000000"),
+      KILN_ENOTFOUND);
 }
 
 static void corrupt_and_expect_miss(fixture *f, int truncate_it) {

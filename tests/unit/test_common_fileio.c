@@ -1,11 +1,11 @@
 /* common/fileio.c: atomic writes leave the file whole or absent, never a temp. */
+#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
 #include <sys/stat.h>
 
 #include <cmocka.h>

@@ -49,7 +49,10 @@ static void test_compile_cubin_and_ptx(void **state) {
   kiln_artifact a;
   assert_int_equal(kiln_compile_unit(&a, &u, &cubin, "-std=c++17 --ptxas-options=-v"), KILN_OK);
   assert_true(a.size > 64);
-  assert_memory_equal(a.data, "\x7f" "ELF", 4);
+  assert_memory_equal(a.data,
+                      "\x7f"
+                      "ELF",
+                      4);
   assert_int_equal(a.res.functions, 1);
   assert_true(a.res.registers > 0);
   kiln_artifact_free(&a);

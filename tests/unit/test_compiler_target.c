@@ -51,7 +51,8 @@ static void test_all_is_every_supported_cubin_plus_two_ptx(void **state) {
   int *archs = NULL;
   size_t n = 0, na = 0, want = 0, ptx = 0;
   assert_int_equal(kiln_nvrtc_supported_archs(&archs, &na), KILN_OK);
-  for (size_t i = 0; i < na; i++) want += archs[i] >= KILN_MIN_ARCH;
+  for (size_t i = 0; i < na; i++)
+    want += archs[i] >= KILN_MIN_ARCH;
   assert_int_equal(kiln_targets_parse_list(&v, &n, "all"), KILN_OK);
   for (size_t i = 0; i < n; i++) {
     assert_true(v[i].arch >= KILN_MIN_ARCH);

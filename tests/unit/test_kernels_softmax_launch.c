@@ -68,7 +68,8 @@ static void test_picked_variants_exist_in_every_unit(void **state) {
       int found = 0;
       assert_int_equal(kiln_softmax_pick_launch(&l, 1, cols[i]), 0);
       snprintf(want, sizeof want, "kiln_%s_fwd_bf16_%s", unit->name, l.variant);
-      for (size_t e = 0; e < unit->n_entries; e++) found |= strcmp(unit->entries[e].name, want) == 0;
+      for (size_t e = 0; e < unit->n_entries; e++)
+        found |= strcmp(unit->entries[e].name, want) == 0;
       assert_true(found);
     }
   }

@@ -365,7 +365,7 @@ static void test_dead_root_is_a_peer_error_within_the_timeout(void **state) {
   (void)state;
   test_make_tmpdir(base, sizeof base);
   setenv("KILN_TEST_COMPILE_DELAY_MS", "3000", 1);
-  kiln_params_reset(); /* parameters are read once per process */
+  kiln_params_reset();               /* parameters are read once per process */
   run_ranks(rr, 3, base, 0, 4, 0.5); /* the root answers the exchange and 3 frames */
   unsetenv("KILN_TEST_COMPILE_DELAY_MS");
   kiln_params_reset();

@@ -21,8 +21,8 @@ static char dir[] = "/tmp/kiln-ops-XXXXXX";
 
 static void einval(kiln_status st, const char *needle) {
   if (st != KILN_EINVAL || !strstr(kiln_last_error(), needle))
-    fail_msg("got %s '%s', expected KILN_EINVAL naming '%s'", kiln_status_str(st), kiln_last_error(),
-             needle);
+    fail_msg("got %s '%s', expected KILN_EINVAL naming '%s'", kiln_status_str(st),
+             kiln_last_error(), needle);
 }
 
 static void test_softmax_rejects_bad_arguments(void **state) {
@@ -43,8 +43,8 @@ static void test_softmax_rejects_bad_arguments(void **state) {
          "does not broadcast");
   einval(kiln_scaled_masked_softmax_fwd(L, KILN_F16, p, p, m, 2, 0, 8, 8, 1, 1.0f, NULL),
          "heads = 0");
-  einval(kiln_scaled_masked_softmax_fwd(L, KILN_F16, p, p, m, 2147483647, 2147483647, 2147483647,
-                                        8, 1, 1.0f, NULL),
+  einval(kiln_scaled_masked_softmax_fwd(L, KILN_F16, p, p, m, 2147483647, 2147483647, 2147483647, 8,
+                                        1, 1.0f, NULL),
          "overflow");
   einval(kiln_scaled_masked_softmax_bwd(L, KILN_F32, p, p, p, 2, 4, -1, 8, 1.0f, NULL), "sq = -1");
   einval(kiln_scaled_upper_triang_masked_softmax_fwd(L, KILN_F32, p, p, 0, 8, 8, 1.0f, NULL),
@@ -91,6 +91,10 @@ int main(int argc, char **argv) {
   }
   rc = cmocka_run_group_tests(tests, NULL, NULL);
   kiln_loader_close(L);
-  { char cmd[64]; snprintf(cmd, sizeof cmd, "rm -rf %s", dir); if (system(cmd) != 0 && !rc) rc = 1; }
+  {
+    char cmd[64];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0 && !rc) rc = 1;
+  }
   return rc;
 }

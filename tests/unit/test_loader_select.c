@@ -39,9 +39,11 @@ static void test_exact_then_compatible_then_ptx(void **state) {
                      rec("sm_89", "nvrtc-13.0", 0),      rec("sm_90", "nvrtc-13.0", 0)};
   char why[512];
   (void)state;
-  assert_string_equal(order(r, 6, 89, 13000, why), "sm_89:1 sm_86:2 sm_80:2 compute_86:3 compute_80:3");
+  assert_string_equal(order(r, 6, 89, 13000, why),
+                      "sm_89:1 sm_86:2 sm_80:2 compute_86:3 compute_80:3");
   assert_string_equal(order(r, 6, 87, 13000, why), "sm_86:2 sm_80:2 compute_86:3 compute_80:3");
-  assert_string_equal(why, "sm_89: CUBIN for 8.9 cannot run on 8.7; sm_90: CUBIN for 9.0 cannot run on 8.7 (another major)");
+  assert_string_equal(why, "sm_89: CUBIN for 8.9 cannot run on 8.7; sm_90: CUBIN for 9.0 cannot "
+                           "run on 8.7 (another major)");
   /* a new major: PTX only */
   assert_string_equal(order(r, 6, 100, 13000, why), "compute_86:3 compute_80:3");
 }
