@@ -454,11 +454,7 @@ static void summarise(kiln_build_summary *s) {
   }
 }
 
-kiln_status kiln_build_options_init(kiln_build_options *opts, int version) {
-  static const kiln_build_options init = KILN_BUILD_OPTIONS_INIT;
-  return kiln_options_init(opts, &init, sizeof init, version, KILN_BUILD_OPTIONS_VERSION,
-                           "kiln_build_options");
-}
+KILN_DEFINE_OPTIONS_INIT(kiln_build_options, KILN_BUILD_OPTIONS_VERSION, KILN_BUILD_OPTIONS_INIT)
 
 kiln_status kiln_build(kiln_build_summary **out, kiln_cache *cache, const kiln_build_options *o) {
   build_ctx b;

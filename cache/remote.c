@@ -96,11 +96,7 @@ out:
   return rc;
 }
 
-kiln_status kiln_remote_options_init(kiln_remote_options *opts, int version) {
-  static const kiln_remote_options init = KILN_REMOTE_OPTIONS_INIT;
-  return kiln_options_init(opts, &init, sizeof init, version, KILN_REMOTE_OPTIONS_VERSION,
-                           "kiln_remote_options");
-}
+KILN_DEFINE_OPTIONS_INIT(kiln_remote_options, KILN_REMOTE_OPTIONS_VERSION, KILN_REMOTE_OPTIONS_INIT)
 
 kiln_status kiln_cache_set_remote(kiln_cache *c, const kiln_remote_options *opts) {
   kiln_remote_options dflt = KILN_REMOTE_OPTIONS_INIT;

@@ -243,11 +243,7 @@ static kiln_status new_token(char out[33]) {
   return KILN_OK;
 }
 
-kiln_status kiln_cache_options_init(kiln_cache_options *opts, int version) {
-  static const kiln_cache_options init = KILN_CACHE_OPTIONS_INIT;
-  return kiln_options_init(opts, &init, sizeof init, version, KILN_CACHE_OPTIONS_VERSION,
-                           "kiln_cache_options");
-}
+KILN_DEFINE_OPTIONS_INIT(kiln_cache_options, KILN_CACHE_OPTIONS_VERSION, KILN_CACHE_OPTIONS_INIT)
 
 kiln_status kiln_cache_open(kiln_cache **out, const kiln_cache_options *opts) {
   kiln_cache_options dflt = KILN_CACHE_OPTIONS_INIT;

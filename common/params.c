@@ -111,18 +111,9 @@ const char *kiln_param_name(kiln_param_id id) {
   return id < KILN_P_COUNT ? defs[id].name : "?";
 }
 
-kiln_status kiln_param_int(int *out, kiln_param_id id) {
-  param_value *p;
-  kiln_status rc;
-  pthread_mutex_lock(&values_lock);
-  p = value_of(id);
-  *out = (int)(p->status == KILN_OK ? p->num : defs[id].dflt);
-  rc = report(p);
-  pthread_mutex_unlock(&values_lock);
-  return rc;
-}
-
-kiln_status kiln_param_seconds(double *out, kiln_param_id id) {
+/* A number variable (P_INT or P_SECONDS): its value, or the default when it
+ * is unset or malformed. */
+static kiln_status read_number(double *out, kiln_param_id id) {
   param_value *p;
   kiln_status rc;
   pthread_mutex_lock(&values_lock);
@@ -131,6 +122,17 @@ kiln_status kiln_param_seconds(double *out, kiln_param_id id) {
   rc = report(p);
   pthread_mutex_unlock(&values_lock);
   return rc;
+}
+
+kiln_status kiln_param_int(int *out, kiln_param_id id) {
+  double v;
+  kiln_status rc = read_number(&v, id);
+  *out = (int)v; /* parsed within [lo, hi], both ints */
+  return rc;
+}
+
+kiln_status kiln_param_seconds(double *out, kiln_param_id id) {
+  return read_number(out, id);
 }
 
 const char *kiln_param_str(kiln_param_id id) {

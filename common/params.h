@@ -81,6 +81,13 @@ const char *kiln_option_str(const char *value, kiln_param_id id);
  * [1, current]. */
 kiln_status kiln_options_init(void *opts, const void *init, size_t size, int version, int current,
                               const char *type);
+/* Defines the public `kiln_status type##_init(type *opts, int version)` of
+ * an options struct from its _VERSION and _INIT macros. */
+#define KILN_DEFINE_OPTIONS_INIT(type, VERSION, INIT)                                              \
+  kiln_status type##_init(type *opts, int version) {                                               \
+    static const type init = INIT;                                                                 \
+    return kiln_options_init(opts, &init, sizeof init, version, VERSION, #type);                   \
+  }
 /* For a function taking options: KILN_EINVAL naming type unless version is in
  * [1, current] (an older version is read as the current one: fields are only
  * ever appended, and each new one defaults to the old behaviour). */

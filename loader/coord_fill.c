@@ -119,11 +119,7 @@ out:
   return rc;
 }
 
-kiln_status kiln_coord_options_init(kiln_coord_options *opts, int version) {
-  static const kiln_coord_options init = KILN_COORD_OPTIONS_INIT;
-  return kiln_options_init(opts, &init, sizeof init, version, KILN_COORD_OPTIONS_VERSION,
-                           "kiln_coord_options");
-}
+KILN_DEFINE_OPTIONS_INIT(kiln_coord_options, KILN_COORD_OPTIONS_VERSION, KILN_COORD_OPTIONS_INIT)
 
 kiln_status kiln_coord_fill(kiln_coord_report *report, kiln_cache *cache,
                             const kiln_coord_options *o, const kiln_comm *comm) {

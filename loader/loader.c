@@ -55,11 +55,7 @@ out:
   return rc;
 }
 
-kiln_status kiln_loader_options_init(kiln_loader_options *opts, int version) {
-  static const kiln_loader_options init = KILN_LOADER_OPTIONS_INIT;
-  return kiln_options_init(opts, &init, sizeof init, version, KILN_LOADER_OPTIONS_VERSION,
-                           "kiln_loader_options");
-}
+KILN_DEFINE_OPTIONS_INIT(kiln_loader_options, KILN_LOADER_OPTIONS_VERSION, KILN_LOADER_OPTIONS_INIT)
 
 kiln_status kiln_loader_open(kiln_loader **out, const kiln_loader_options *opts) {
   kiln_loader_options dflt = KILN_LOADER_OPTIONS_INIT;

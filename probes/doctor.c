@@ -420,11 +420,7 @@ static void open_cache(doctor_ctx *x) {
   }
 }
 
-kiln_status kiln_doctor_options_init(kiln_doctor_options *opts, int version) {
-  static const kiln_doctor_options init = KILN_DOCTOR_OPTIONS_INIT;
-  return kiln_options_init(opts, &init, sizeof init, version, KILN_DOCTOR_OPTIONS_VERSION,
-                           "kiln_doctor_options");
-}
+KILN_DEFINE_OPTIONS_INIT(kiln_doctor_options, KILN_DOCTOR_OPTIONS_VERSION, KILN_DOCTOR_OPTIONS_INIT)
 
 kiln_status kiln_doctor_run(kiln_doctor_report **out, const kiln_doctor_options *opts) {
   doctor_ctx x;
