@@ -107,10 +107,6 @@ static kiln_status report(const param_value *p) {
   return p->status == KILN_OK ? KILN_OK : kiln_fail(p->status, "%s", p->error);
 }
 
-const char *kiln_param_name(kiln_param_id id) {
-  return id < KILN_P_COUNT ? defs[id].name : "?";
-}
-
 /* A number variable (P_INT or P_SECONDS): its value, or the default when it
  * is unset or malformed. */
 static kiln_status read_number(double *out, kiln_param_id id) {

@@ -29,9 +29,6 @@ typedef enum kiln_param_id {
   KILN_P_COUNT
 } kiln_param_id;
 
-/* The variable's name, e.g. "KILN_JOBS". */
-const char *kiln_param_name(kiln_param_id id);
-
 /* An integer variable: its value, or the default when unset. KILN_EINVAL
  * naming the variable and its range when malformed (*out is then the
  * default, so a caller that only reports can go on). */
