@@ -70,10 +70,10 @@ typedef struct kiln_build_options {
   void *user;
   /* Single flight: each missing (unit, target) is compiled by one process per
    * cache directory, under a lease row in its index; the others wait. */
-  double
-      lease_stale_s; /* take over a lease not renewed for this long; KILN_ENV: KILN_LEASE_STALE */
-  double wait_timeout_s;    /* give up waiting for another builder after this;
-                               KILN_ENV: KILN_BUILD_TIMEOUT */
+  /* take over a lease not renewed for this long; KILN_ENV: KILN_LEASE_STALE */
+  double lease_stale_s;
+  /* give up waiting for another builder after this; KILN_ENV: KILN_BUILD_TIMEOUT */
+  double wait_timeout_s;
   const char *const *units; /* exact unit names (instead of kernels_glob), or NULL */
   size_t n_units;
   /* The cache's remote (kiln_cache_set_remote), if any: what this process
