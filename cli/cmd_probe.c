@@ -43,6 +43,14 @@ static json_t *gpu_json(const kiln_device_info *d) {
   return o;
 }
 
+/* "library" (the file loaded) and "found_by" of a library already loaded. */
+static void library_json(json_t *o, kiln_library which) {
+  kiln_library_info info;
+  if (kiln_library_get_info(&info, which) != KILN_OK) return;
+  json_object_set_new(o, "library", json_string(info.path));
+  json_object_set_new(o, "found_by", json_string(info.found_by));
+}
+
 static json_t *nvrtc_json(int *have) {
   json_t *o = json_object(), *t = json_array();
   int ma = 0, mi = 0, *archs = NULL;
@@ -54,6 +62,7 @@ static json_t *nvrtc_json(int *have) {
   if (*have) {
     snprintf(v, sizeof v, "%d.%d", ma, mi);
     json_object_set_new(o, "version", json_string(v));
+    library_json(o, KILN_LIBRARY_NVRTC);
     for (size_t i = 0; i < n; i++) {
       char name[16];
       snprintf(name, sizeof name, "sm_%d", archs[i]);
@@ -77,6 +86,7 @@ static json_t *nccl_json(void) {
     char s[32];
     snprintf(s, sizeof s, "%d.%d.%d", v / 10000, v / 100 % 100, v % 100);
     json_object_set_new(o, "version", json_string(s));
+    library_json(o, KILN_LIBRARY_NCCL);
   } else {
     json_object_set_new(o, "error", json_string(kiln_last_error()));
   }
@@ -134,6 +144,10 @@ static void print_text(json_t *o) {
   printf("kiln %s\n", json_string_value(json_object_get(o, "kiln")));
   if (json_array_size(g) == 0)
     printf("GPUs: none (%s)\n", json_string_value(json_object_get(o, "gpu_error")));
+  v = json_object_get(o, "driver");
+  if (json_is_string(json_object_get(v, "library")))
+    printf("CUDA driver: %s (found by %s)\n", json_string_value(json_object_get(v, "library")),
+           json_string_value(json_object_get(v, "found_by")));
   json_array_foreach(g, i, v) {
     printf("GPU %lld: %s, sm %s, %lld SMs, %.1f GiB, driver CUDA %s (PTX ISA up to %s)\n",
            (long long)json_integer_value(json_object_get(v, "ordinal")),
@@ -148,13 +162,18 @@ static void print_text(json_t *o) {
     printf("KILN_OFFLINE: %s\n", json_string_value(json_object_get(o, "offline_error")));
   v = json_object_get(o, "nvrtc");
   if (json_is_true(json_object_get(v, "found")))
-    printf("NVRTC %s: %zu targets\n", json_string_value(json_object_get(v, "version")),
-           json_array_size(json_object_get(v, "targets")));
+    printf("NVRTC %s: %zu targets, %s (found by %s)\n",
+           json_string_value(json_object_get(v, "version")),
+           json_array_size(json_object_get(v, "targets")),
+           json_string_value(json_object_get(v, "library")),
+           json_string_value(json_object_get(v, "found_by")));
   else
     printf("NVRTC: not found (%s)\n", json_string_value(json_object_get(v, "error")));
   v = json_object_get(o, "nccl");
   if (json_is_true(json_object_get(v, "found")))
-    printf("NCCL %s\n", json_string_value(json_object_get(v, "version")));
+    printf("NCCL %s: %s (found by %s)\n", json_string_value(json_object_get(v, "version")),
+           json_string_value(json_object_get(v, "library")),
+           json_string_value(json_object_get(v, "found_by")));
   else
     printf("NCCL: not found (%s)\n", json_string_value(json_object_get(v, "error")));
   json_array_foreach(json_object_get(o, "caches"), i, v) {
@@ -211,6 +230,11 @@ int cmd_probe(int argc, char **argv) {
                       st != KILN_OK ? json_string(kiln_last_error())
                       : n == 0      ? json_string("the driver reports no device")
                                     : json_null());
+  if (st == KILN_OK) { /* the driver's library (the error above says why there is none) */
+    json_t *drv = json_object();
+    library_json(drv, KILN_LIBRARY_CUDA);
+    json_object_set_new(o, "driver", drv);
+  }
   json_object_set_new(o, "nvrtc", nvrtc_json(&nvrtc));
   json_object_set_new(o, "nccl", nccl_json());
   if (kiln_probe_offline(&offline) != KILN_OK) /* the loader would refuse to open */

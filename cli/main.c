@@ -21,23 +21,39 @@ static const char *usage =
     "          each WARN or FAIL with its fix\n"
     "\n"
     "options:\n"
-    "  --version   print kiln, NVRTC and cache schema versions\n"
+    "  --version   print the versions of kiln, NVRTC, NCCL, the CUDA driver (with the\n"
+    "              file each was loaded from) and the cache schema\n"
     "  -h, --help  this help; 'kiln <command> --help' for a command\n"
     "\n"
     "environment: KILN_CACHE_DIR, KILN_CACHE_PATH, KILN_JOBS, KILN_LOG,\n"
     "KILN_FAILURE_TTL, KILN_NVRTC_LIBRARY, KILN_CUDA_LIBRARY, KILN_OFFLINE,\n"
     "KILN_LEASE_STALE, KILN_BUILD_TIMEOUT, KILN_HEARTBEAT_MS, KILN_NVRTC_OPTIONS,\n"
-    "KILN_NCCL_LIBRARY, KILN_MPI_LIBRARY, KILN_REMOTE_* (see README.md).\n";
+    "KILN_NCCL_LIBRARY, KILN_MPI_LIBRARY, KILN_PYTHON_PREFIX, KILN_REMOTE_* (see README.md).\n";
+
+/* One line per GPU library: its version, file and how it was found, or why
+ * there is none. A library that was named (KILN_*_LIBRARY) or found but will
+ * not load is an error (exit 2): kiln never silently uses another. */
+static int library_line(kiln_library which, const char *name) {
+  kiln_library_info info;
+  kiln_status st = kiln_library_get_info(&info, which);
+  if (st == KILN_OK) {
+    printf("%s %s: %s (found by %s)\n", name, info.version, info.path, info.found_by);
+    return 0;
+  }
+  printf("%s: not available: %s\n", name, kiln_last_error());
+  if (st != KILN_EINVAL && st != KILN_EUNSUPPORTED) return 0;
+  fprintf(stderr, "kiln --version: %s\n", kiln_last_error());
+  return 1;
+}
 
 static int version(void) {
-  int ma, mi;
+  int bad = 0;
   printf("kiln %s\n", kiln_version());
-  if (kiln_nvrtc_version(&ma, &mi) == KILN_OK)
-    printf("NVRTC %d.%d\n", ma, mi);
-  else
-    printf("NVRTC not available: %s\n", kiln_last_error());
+  bad += library_line(KILN_LIBRARY_NVRTC, "NVRTC");
+  bad += library_line(KILN_LIBRARY_NCCL, "NCCL");
+  bad += library_line(KILN_LIBRARY_CUDA, "CUDA driver");
   printf("cache schema %d\n", KILN_CACHE_SCHEMA_VERSION);
-  return EXIT_OK;
+  return bad ? EXIT_USAGE : EXIT_OK;
 }
 
 int main(int argc, char **argv) {

@@ -1,88 +1,68 @@
-/* dlopen of libnvrtc into one function table, filled once. */
+/* libnvrtc, found and opened by common/gpu_libs.c, into one function table
+ * filled once. */
 #include "compiler/nvrtc.h"
 
-#include <dlfcn.h>
+#include <dlfcn.h> /* dlsym: nvrtcVersion, before the rest */
 #include <pthread.h>
+#include <stddef.h> /* offsetof */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/error.h"
+#include "common/gpu_libs.h"
 #include "common/logging.h"
-#include "common/params.h"
 #include "kiln/target.h"
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static kiln_nvrtc_api api;
 static kiln_status load_rc = KILN_ENONVRTC;
-static char load_error[512];
+static char load_error[1024];
 
-#define SYM(name)                                                                                  \
-  do {                                                                                             \
-    *(void **)(&api.name) = dlsym(h, "nvrtc" #name);                                               \
-    if (!api.name) {                                                                               \
-      snprintf(load_error, sizeof load_error, "%s lacks nvrtc" #name, api.path);                   \
-      return KILN_ENONVRTC;                                                                        \
-    }                                                                                              \
-  } while (0)
+static const kiln_gpu_sym syms[] = {
+#define KILN_SYM(ret, name, params) {"nvrtc" #name, offsetof(kiln_nvrtc_api, name), 1},
+#include "common/nvrtc_syms.def"
+#undef KILN_SYM
+};
 
-static kiln_status fill(void *h) {
-  SYM(GetErrorString);
-  SYM(Version);
-  SYM(GetNumSupportedArchs);
-  SYM(GetSupportedArchs);
-  SYM(CreateProgram);
-  SYM(DestroyProgram);
-  SYM(CompileProgram);
-  SYM(GetPTXSize);
-  SYM(GetPTX);
-  SYM(GetCUBINSize);
-  SYM(GetCUBIN);
-  SYM(GetLTOIRSize);
-  SYM(GetLTOIR);
-  SYM(GetProgramLogSize);
-  SYM(GetProgramLog);
-  if (api.Version(&api.major, &api.minor) != NVRTC_SUCCESS) {
-    snprintf(load_error, sizeof load_error, "%s: nvrtcVersion failed", api.path);
-    return KILN_ENONVRTC;
-  }
-  return KILN_OK;
+/* The version first: an NVRTC older than kiln supports lacks some of the
+ * entry points, and its version is the error to give. */
+static kiln_status fill(const kiln_gpu_lib *lib) {
+  nvrtcResult (*version)(int *, int *);
+  *(void **)&version = dlsym(lib->handle, "nvrtcVersion");
+  if (!version)
+    return kiln_fail(lib->named ? KILN_EINVAL : KILN_ENONVRTC,
+                     "%s (%s) has no nvrtcVersion: it is not NVRTC", api.path, api.found_by);
+  if (version(&api.major, &api.minor) != NVRTC_SUCCESS)
+    return kiln_fail(KILN_EINVAL, "%s (%s): nvrtcVersion failed", api.path, api.found_by);
+  if (api.major * 100 + api.minor < KILN_NVRTC_MIN_MAJOR * 100 + KILN_NVRTC_MIN_MINOR)
+    return kiln_fail(KILN_EUNSUPPORTED,
+                     "NVRTC %d.%d at %s (%s) is older than %d.%d, the oldest kiln supports; "
+                     "install a newer one or name it with KILN_NVRTC_LIBRARY",
+                     api.major, api.minor, api.path, api.found_by, KILN_NVRTC_MIN_MAJOR,
+                     KILN_NVRTC_MIN_MINOR);
+  return kiln_gpu_lib_bind(&api, syms, sizeof syms / sizeof *syms, lib, KILN_GPU_LIB_NVRTC, NULL,
+                           NULL);
 }
 
 static void load(void) {
-  /* An explicit library wins; then the soname of the toolkit kiln was built
-   * against, then the unversioned name, then the toolkit's own directory. */
-  const char *candidates[] = {kiln_param_nvrtc_library(), "libnvrtc.so." KILN_NVRTC_SOVERSION,
-                              "libnvrtc.so", KILN_CUDA_LIBDIR "/libnvrtc.so"};
-  char tried[384] = "";
-  for (size_t i = 0; i < sizeof candidates / sizeof *candidates; i++) {
-    void *h;
-    const char *c = candidates[i];
-    if (!c || !*c) continue;
-    h = dlopen(c, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-      size_t n = strlen(tried);
-      snprintf(tried + n, sizeof tried - n, "%s%s", n ? ", " : "", c);
-      continue;
-    }
-    snprintf(api.path, sizeof api.path, "%s", c);
-    load_rc = fill(h);
-    if (load_rc == KILN_OK) {
-      kiln_log(KILN_LOG_DEBUG, "loaded NVRTC %d.%d from %s", api.major, api.minor, c);
-      return;
-    }
-    dlclose(h);
+  kiln_gpu_lib lib;
+  load_rc = kiln_gpu_lib_open(&lib, KILN_GPU_LIB_NVRTC);
+  if (load_rc == KILN_OK) {
+    snprintf(api.path, sizeof api.path, "%s", lib.path);
+    snprintf(api.found_by, sizeof api.found_by, "%s", lib.found_by);
+    load_rc = fill(&lib);
   }
-  if (!load_error[0])
-    snprintf(load_error, sizeof load_error,
-             "NVRTC not found (tried %s); install the CUDA toolkit's NVRTC or set "
-             "KILN_NVRTC_LIBRARY to libnvrtc.so's path",
-             tried);
+  if (load_rc != KILN_OK) {
+    snprintf(load_error, sizeof load_error, "%s", kiln_last_error());
+    return; /* the library stays open: unloading one that failed a check gains nothing */
+  }
+  kiln_log(KILN_LOG_INFO, "NVRTC %d.%d from %s (%s)", api.major, api.minor, api.path, api.found_by);
 }
 
 kiln_status kiln_nvrtc_get(const kiln_nvrtc_api **out) {
   pthread_once(&once, load);
-  if (load_rc != KILN_OK) return kiln_fail(KILN_ENONVRTC, "%s", load_error);
+  if (load_rc != KILN_OK) return kiln_fail(load_rc, "%s", load_error);
   *out = &api;
   return KILN_OK;
 }

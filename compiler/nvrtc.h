@@ -3,33 +3,28 @@
 #ifndef KILN_COMPILER_NVRTC_H
 #define KILN_COMPILER_NVRTC_H
 
-#include <nvrtc.h>
-
+#include "common/gpu_abi.h"
 #include "kiln/status.h"
 
+/* The oldest NVRTC kiln supports (docs/install.md): an older one is an error. */
+#define KILN_NVRTC_MIN_MAJOR 12
+#define KILN_NVRTC_MIN_MINOR 0
+
 typedef struct kiln_nvrtc_api {
-  const char *(*GetErrorString)(nvrtcResult);
-  nvrtcResult (*Version)(int *, int *);
-  nvrtcResult (*GetNumSupportedArchs)(int *);
-  nvrtcResult (*GetSupportedArchs)(int *);
-  nvrtcResult (*CreateProgram)(nvrtcProgram *, const char *, const char *, int, const char *const *,
-                               const char *const *);
-  nvrtcResult (*DestroyProgram)(nvrtcProgram *);
-  nvrtcResult (*CompileProgram)(nvrtcProgram, int, const char *const *);
-  nvrtcResult (*GetPTXSize)(nvrtcProgram, size_t *);
-  nvrtcResult (*GetPTX)(nvrtcProgram, char *);
-  nvrtcResult (*GetCUBINSize)(nvrtcProgram, size_t *);
-  nvrtcResult (*GetCUBIN)(nvrtcProgram, char *);
-  nvrtcResult (*GetLTOIRSize)(nvrtcProgram, size_t *);
-  nvrtcResult (*GetLTOIR)(nvrtcProgram, char *);
-  nvrtcResult (*GetProgramLogSize)(nvrtcProgram, size_t *);
-  nvrtcResult (*GetProgramLog)(nvrtcProgram, char *);
+  // clang-format off
+#define KILN_SYM(ret, name, params) ret(*name) params;
+#include "common/nvrtc_syms.def"
+#undef KILN_SYM
+  // clang-format on
   int major, minor;
-  char path[256]; /* the library that was loaded */
+  char path[512];     /* the library that was loaded */
+  char found_by[600]; /* how (common/gpu_libs.h) */
 } kiln_nvrtc_api;
 
-/* The loaded table (thread-safe, loaded once). KILN_ENONVRTC when no NVRTC
- * can be loaded, naming the libraries tried and KILN_NVRTC_LIBRARY. */
+/* The loaded table (thread-safe, loaded once, by common/gpu_libs.h's rules).
+ * KILN_ENONVRTC when no NVRTC is found; KILN_EINVAL when KILN_NVRTC_LIBRARY's
+ * file (or the one found) will not load or is not NVRTC; KILN_EUNSUPPORTED
+ * for an NVRTC older than KILN_NVRTC_MIN_MAJOR.KILN_NVRTC_MIN_MINOR. */
 kiln_status kiln_nvrtc_get(const kiln_nvrtc_api **out);
 
 #define NVRTC_CHECK(api, call, what)                                                               \

@@ -13,9 +13,9 @@
  * gave up on can never complete on the others, so nothing after it could. */
 #include "loader/coord_nccl.h"
 
-#include <dlfcn.h>   /* dlopen, dlsym, dlerror */
 #include <errno.h>   /* EINTR */
 #include <pthread.h> /* pthread_once */
+#include <stddef.h>  /* offsetof */
 #include <stdint.h>  /* uintptr_t */
 #include <stdio.h>   /* snprintf */
 #include <stdlib.h>  /* calloc, free */
@@ -23,37 +23,24 @@
 #include <time.h>    /* clock_gettime, nanosleep */
 
 #include "common/clock.h"
-#include "common/error.h"   /* kiln_fail, KILN_CHECK */
+#include "common/error.h" /* kiln_fail, KILN_CHECK */
+#include "common/gpu_libs.h"
 #include "common/logging.h" /* kiln_log */
 #include "common/params.h"  /* kiln_param_nccl_library */
 #include "kiln/probe.h"     /* kiln_nccl_version */
 #include "loader/driver.h"  /* kiln_cuda: memory, copies, stream queries */
 
-/* ---- NCCL's ABI ---------------------------------------------------------------
- * nccl.h is not needed to build kiln (libnccl is optional at run time, like
- * libcuda); these are the few parts of its ABI used here, fixed since NCCL
- * 2.0 (ncclInProgress since 2.14, where nonblocking communicators came). */
-typedef int ncclResult_t;
-enum { NCCL_SUCCESS = 0, NCCL_IN_PROGRESS = 7 };
-enum { NCCL_UINT8 = 1 }; /* ncclDataType_t ncclUint8 */
-enum { NCCL_MAX = 2 };   /* ncclRedOp_t ncclMax */
-typedef struct ncclComm *ncclComm_t;
-typedef CUstream cudaStream_t; /* the runtime's stream is the driver's */
-
 typedef struct nccl_api {
-  char path[256];
-  int version; /* NCCL_VERSION_CODE, 0 when ncclGetVersion is missing */
-  /* optional: may be NULL */
-  ncclResult_t (*GetVersion)(int *);
-  const char *(*GetErrorString)(ncclResult_t);
-  const char *(*GetLastError)(ncclComm_t); /* 2.13+ */
-  /* required */
-  ncclResult_t (*Broadcast)(const void *, void *, size_t, int, int, ncclComm_t, cudaStream_t);
-  ncclResult_t (*AllReduce)(const void *, void *, size_t, int, int, ncclComm_t, cudaStream_t);
-  ncclResult_t (*CommGetAsyncError)(ncclComm_t, ncclResult_t *);
-  ncclResult_t (*CommAbort)(ncclComm_t);
-  ncclResult_t (*CommCount)(ncclComm_t, int *);
-  ncclResult_t (*CommUserRank)(ncclComm_t, int *);
+  char path[512];     /* the library that was loaded */
+  char found_by[600]; /* how (common/gpu_libs.h) */
+  int version;        /* NCCL_VERSION_CODE, 0 when ncclGetVersion is missing */
+  // clang-format off
+#define KILN_SYM(ret, name, params) ret(*name) params;
+#define KILN_SYM_OPTIONAL KILN_SYM
+#include "common/nccl_syms.def"
+#undef KILN_SYM_OPTIONAL
+#undef KILN_SYM
+  // clang-format on
 } nccl_api;
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -78,67 +65,48 @@ static const char *nccl_text(char *buf, size_t cap, ncclResult_t r, ncclComm_t c
   return buf;
 }
 
-static int sym(void *h, const char *name, void **fn, int required) {
-  *fn = dlsym(h, name);
-  if (*fn || !required) return 1;
-  snprintf(load_error, sizeof load_error, "%s has no %s: not a libnccl 2.x (KILN_NCCL_LIBRARY?)",
-           api.path, name);
-  return 0;
-}
-
-static kiln_status fill(void *h) {
-  if (!sym(h, "ncclBroadcast", (void **)&api.Broadcast, 1) ||
-      !sym(h, "ncclAllReduce", (void **)&api.AllReduce, 1) ||
-      !sym(h, "ncclCommGetAsyncError", (void **)&api.CommGetAsyncError, 1) ||
-      !sym(h, "ncclCommAbort", (void **)&api.CommAbort, 1) ||
-      !sym(h, "ncclCommCount", (void **)&api.CommCount, 1) ||
-      !sym(h, "ncclCommUserRank", (void **)&api.CommUserRank, 1))
-    return KILN_ENOTFOUND;
-  sym(h, "ncclGetVersion", (void **)&api.GetVersion, 0);
-  sym(h, "ncclGetErrorString", (void **)&api.GetErrorString, 0);
-  sym(h, "ncclGetLastError", (void **)&api.GetLastError, 0);
-  if (api.GetVersion && api.GetVersion(&api.version) != NCCL_SUCCESS) api.version = 0;
-  return KILN_OK;
-}
+static const kiln_gpu_sym syms[] = {
+#define KILN_SYM(ret, name, params) {"nccl" #name, offsetof(nccl_api, name), 1},
+#define KILN_SYM_OPTIONAL(ret, name, params) {"nccl" #name, offsetof(nccl_api, name), 0},
+#include "common/nccl_syms.def"
+#undef KILN_SYM_OPTIONAL
+#undef KILN_SYM
+};
 
 static void load(void) {
-  const char *candidates[] = {kiln_param_nccl_library(), "libnccl.so.2", "libnccl.so"};
-  char tried[768] = "";
-  for (size_t i = 0; i < sizeof candidates / sizeof *candidates; i++) {
-    const char *c = candidates[i], *err;
-    size_t n = strlen(tried);
-    void *h;
-    if (!c || !*c) continue;
-    h = dlopen(c, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-      err = dlerror();
-      snprintf(tried + n, sizeof tried - n, "%s%s", n ? "; " : "", err ? err : c);
-      if (c == candidates[0]) { /* an explicit library is the only one tried */
-        snprintf(load_error, sizeof load_error, "could not load KILN_NCCL_LIBRARY: %s", tried);
-        return;
-      }
-      continue;
-    }
-    snprintf(api.path, sizeof api.path, "%s", c);
-    load_rc = fill(h);
-    if (load_rc == KILN_OK) {
-      int v = api.version, big = v >= 10000; /* 2.9 changed NCCL_VERSION_CODE's layout */
-      kiln_log(KILN_LOG_DEBUG, "loaded NCCL %d.%d.%d from %s", big ? v / 10000 : v / 1000,
-               big ? v % 10000 / 100 : v % 1000 / 100, v % 100, c);
-    } else {
-      dlclose(h);
-    }
+  kiln_gpu_lib lib;
+  load_rc = kiln_gpu_lib_open(&lib, KILN_GPU_LIB_NCCL);
+  if (load_rc == KILN_OK) {
+    snprintf(api.path, sizeof api.path, "%s", lib.path);
+    snprintf(api.found_by, sizeof api.found_by, "%s", lib.found_by);
+    load_rc = kiln_gpu_lib_bind(&api, syms, sizeof syms / sizeof *syms, &lib, KILN_GPU_LIB_NCCL,
+                                NULL, NULL);
+  }
+  if (load_rc != KILN_OK) {
+    snprintf(load_error, sizeof load_error, "%s", kiln_last_error());
     return;
   }
-  snprintf(load_error, sizeof load_error,
-           "no NCCL: could not load libnccl (%s); install NCCL or name it with KILN_NCCL_LIBRARY",
-           tried);
+  if (api.GetVersion && api.GetVersion(&api.version) != ncclSuccess) api.version = 0;
+  {
+    int v = api.version, big = v >= 10000; /* 2.9 changed NCCL_VERSION_CODE's layout */
+    kiln_log(KILN_LOG_INFO, "NCCL %d.%d.%d from %s (%s)", big ? v / 10000 : v / 1000,
+             big ? v % 10000 / 100 : v % 1000 / 100, v % 100, api.path, api.found_by);
+  }
 }
 
 /* Fills `api`, once per process. KILN_ENOTFOUND with the reason. */
 static kiln_status nccl_load(void) {
   pthread_once(&once, load);
   if (load_rc != KILN_OK) return kiln_fail(load_rc, "%s", load_error);
+  return KILN_OK;
+}
+
+kiln_status kiln_nccl_library(const char **path, const char **found_by, int *version) {
+  kiln_status rc = nccl_load();
+  if (rc != KILN_OK) return rc;
+  *path = api.path;
+  *found_by = api.found_by;
+  *version = api.version;
   return KILN_OK;
 }
 
@@ -192,8 +160,8 @@ static void comm_abort(nccl_comm *c, const char *why) {
   snprintf(c->why, sizeof c->why, "%s", why && *why ? why : "aborted by the caller");
   r = api.CommAbort(c->comm);
   kiln_log(KILN_LOG_WARN, "nccl: rank %d of %d: communicator aborted: %s%s%s", c->base.rank,
-           c->base.size, c->why, r != NCCL_SUCCESS ? "; ncclCommAbort returned " : "",
-           r != NCCL_SUCCESS ? result_name(r) : "");
+           c->base.size, c->why, r != ncclSuccess ? "; ncclCommAbort returned " : "",
+           r != ncclSuccess ? result_name(r) : "");
 }
 
 /* Describes the collective for messages: "broadcast of 3 bytes (root 0)". */
@@ -221,12 +189,12 @@ static kiln_status poll_until(nccl_comm *c, const call *k, int want_stream) {
   double start = (kiln_clock_ms() / 1e3), pause = FIRST_SLEEP_S, t;
   char detail[320], text[256];
   for (;;) {
-    ncclResult_t async = NCCL_SUCCESS, r;
+    ncclResult_t async = ncclSuccess, r;
     CUresult q = CUDA_SUCCESS;
     if (want_stream) q = c->cu->StreamQuery(c->stream);
     r = api.CommGetAsyncError(c->comm, &async);
-    if (r != NCCL_SUCCESS) async = r;
-    if (async != NCCL_SUCCESS && async != NCCL_IN_PROGRESS) {
+    if (r != ncclSuccess) async = r;
+    if (async != ncclSuccess && async != ncclInProgress) {
       snprintf(detail, sizeof detail, "ncclCommGetAsyncError: %s",
                nccl_text(text, sizeof text, async, c->comm));
       return call_fail(c, k, KILN_EPEER, detail);
@@ -235,7 +203,7 @@ static kiln_status poll_until(nccl_comm *c, const call *k, int want_stream) {
       snprintf(detail, sizeof detail, "cuStreamQuery: %s", kiln_cuda_error_name(q));
       return call_fail(c, k, KILN_EDRIVER, detail);
     }
-    if (want_stream ? q == CUDA_SUCCESS : async == NCCL_SUCCESS) return KILN_OK;
+    if (want_stream ? q == CUDA_SUCCESS : async == ncclSuccess) return KILN_OK;
     t = (kiln_clock_ms() / 1e3);
     if (t >= k->deadline) {
       snprintf(detail, sizeof detail,
@@ -275,11 +243,11 @@ static kiln_status chunk(nccl_comm *c, const call *k, unsigned char *p, size_t n
     memcpy(c->host, p, n);
     CU_CALL(cu->MemcpyHtoDAsync(c->dev, c->host, n, c->stream), "cuMemcpyHtoDAsync");
   }
-  r = k->reduce ? api.AllReduce(d, d, n, NCCL_UINT8, NCCL_MAX, c->comm, c->stream)
-                : api.Broadcast(d, d, n, NCCL_UINT8, k->root, c->comm, c->stream);
-  if (r == NCCL_IN_PROGRESS) { /* a nonblocking communicator: enqueued later */
+  r = k->reduce ? api.AllReduce(d, d, n, ncclUint8, ncclMax, c->comm, c->stream)
+                : api.Broadcast(d, d, n, ncclUint8, k->root, c->comm, c->stream);
+  if (r == ncclInProgress) { /* a nonblocking communicator: enqueued later */
     KILN_CHECK(poll_until(c, k, 0));
-  } else if (r != NCCL_SUCCESS) {
+  } else if (r != ncclSuccess) {
     snprintf(detail, sizeof detail, "%s: %s", k->reduce ? "ncclAllReduce" : "ncclBroadcast",
              nccl_text(text, sizeof text, r, c->comm));
     rc = call_fail(c, k, KILN_EPEER, detail);
@@ -392,8 +360,8 @@ static void nccl_destroy(void *self) {
 static kiln_status query_comm(nccl_comm *c) {
   char text[256];
   ncclResult_t r = api.CommCount(c->comm, &c->base.size);
-  if (r == NCCL_SUCCESS) r = api.CommUserRank(c->comm, &c->base.rank);
-  if (r != NCCL_SUCCESS)
+  if (r == ncclSuccess) r = api.CommUserRank(c->comm, &c->base.rank);
+  if (r != ncclSuccess)
     return kiln_fail(KILN_EINVAL, "kiln_comm_nccl: ncclCommCount/ncclCommUserRank: %s",
                      nccl_text(text, sizeof text, r, c->comm));
   if (c->base.size < 1 || c->base.rank < 0 || c->base.rank >= c->base.size)

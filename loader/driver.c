@@ -3,10 +3,12 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stddef.h> /* offsetof */
 #include <stdio.h>
 #include <string.h>
 
 #include "common/error.h"
+#include "common/gpu_libs.h"
 #include "common/logging.h"
 #include "common/params.h"
 
@@ -22,7 +24,7 @@ typedef CUresult (*get_proc_v1_fn)(const char *, void **, int, cuuint64_t);
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static kiln_cuda_api api;
 static kiln_status load_rc = KILN_EDRIVER;
-static char load_error[512];
+static char load_error[1024];
 
 static CUresult get_proc(void *h, const char *sym, void **pfn) {
   static get_proc_v2_fn v2;
@@ -45,102 +47,57 @@ static CUresult get_proc(void *h, const char *sym, void **pfn) {
   return CUDA_ERROR_NOT_FOUND;
 }
 
-#define SYM(field, name)                                                                           \
-  do {                                                                                             \
-    if (get_proc(h, name, (void **)&api.field) != CUDA_SUCCESS) {                                  \
-      snprintf(load_error, sizeof load_error,                                                      \
-               "%s has no %s (a CUDA driver older than 11.3 lacks cuGetProcAddress): "             \
-               "update the NVIDIA driver",                                                         \
-               api.path, name);                                                                    \
-      return KILN_EDRIVER;                                                                         \
-    }                                                                                              \
-  } while (0)
+static const kiln_gpu_sym syms[] = {
+#define KILN_SYM(ret, name, params) {"cu" #name, offsetof(kiln_cuda_api, name), 1},
+#include "common/cuda_syms.def"
+#undef KILN_SYM
+};
 
-static kiln_status fill(void *h) {
+static void *resolve(void *h, const char *name) {
+  void *fn = NULL;
+  return get_proc(h, name, &fn) == CUDA_SUCCESS ? fn : NULL;
+}
+
+static kiln_status fill(const kiln_gpu_lib *lib) {
   CUresult r;
-  SYM(Init, "cuInit");
-  SYM(DriverGetVersion, "cuDriverGetVersion");
-  SYM(GetErrorName, "cuGetErrorName");
-  SYM(GetErrorString, "cuGetErrorString");
-  SYM(DeviceGetCount, "cuDeviceGetCount");
-  SYM(DeviceGet, "cuDeviceGet");
-  SYM(DeviceGetName, "cuDeviceGetName");
-  SYM(DeviceGetAttribute, "cuDeviceGetAttribute");
-  SYM(DeviceTotalMem, "cuDeviceTotalMem");
-  SYM(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
-  SYM(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease");
-  SYM(CtxGetCurrent, "cuCtxGetCurrent");
-  SYM(CtxPushCurrent, "cuCtxPushCurrent");
-  SYM(CtxPopCurrent, "cuCtxPopCurrent");
-  SYM(CtxGetDevice, "cuCtxGetDevice");
-  SYM(CtxSynchronize, "cuCtxSynchronize");
-  SYM(ModuleLoadDataEx, "cuModuleLoadDataEx");
-  SYM(ModuleUnload, "cuModuleUnload");
-  SYM(ModuleGetFunction, "cuModuleGetFunction");
-  SYM(LaunchKernel, "cuLaunchKernel");
-  SYM(MemAlloc, "cuMemAlloc");
-  SYM(MemFree, "cuMemFree");
-  SYM(MemcpyHtoD, "cuMemcpyHtoD");
-  SYM(MemcpyDtoH, "cuMemcpyDtoH");
-  SYM(MemcpyDtoD, "cuMemcpyDtoD");
-  SYM(MemsetD8, "cuMemsetD8");
-  SYM(StreamSynchronize, "cuStreamSynchronize");
-  SYM(StreamQuery, "cuStreamQuery");
-  SYM(MemcpyHtoDAsync, "cuMemcpyHtoDAsync");
-  SYM(MemcpyDtoHAsync, "cuMemcpyDtoHAsync");
-  SYM(MemAllocHost, "cuMemAllocHost");
-  SYM(MemFreeHost, "cuMemFreeHost");
-  SYM(EventCreate, "cuEventCreate");
-  SYM(EventDestroy, "cuEventDestroy");
-  SYM(EventRecord, "cuEventRecord");
-  SYM(EventSynchronize, "cuEventSynchronize");
-  SYM(EventElapsedTime, "cuEventElapsedTime");
+  kiln_status rc;
+  if (!dlsym(lib->handle, "cuGetProcAddress_v2") && !dlsym(lib->handle, "cuGetProcAddress"))
+    return kiln_fail(lib->named ? KILN_EINVAL : KILN_EDRIVER,
+                     "%s (%s) has no cuGetProcAddress: it is not the CUDA driver, or one older "
+                     "than CUDA 11.3 (update the NVIDIA driver)",
+                     lib->path, lib->found_by);
+  rc = kiln_gpu_lib_bind(&api, syms, sizeof syms / sizeof *syms, lib, KILN_GPU_LIB_CUDA, resolve,
+                         lib->handle);
+  if (rc != KILN_OK) return rc;
   r = api.Init(0);
   if (r != CUDA_SUCCESS) {
     const char *name = NULL, *text = NULL;
     api.GetErrorName(r, &name);
     api.GetErrorString(r, &text);
-    snprintf(load_error, sizeof load_error, "cuInit failed: %s (%s)%s", name ? name : "?",
-             text ? text : "?",
-             r == CUDA_ERROR_NO_DEVICE ? ": no CUDA device is visible (check CUDA_VISIBLE_DEVICES)"
-                                       : "");
-    return KILN_EDRIVER;
+    return kiln_fail(KILN_EDRIVER, "cuInit failed: %s (%s)%s", name ? name : "?", text ? text : "?",
+                     r == CUDA_ERROR_NO_DEVICE
+                         ? ": no CUDA device is visible (check CUDA_VISIBLE_DEVICES)"
+                         : "");
   }
-  if (api.DriverGetVersion(&api.driver_version) != CUDA_SUCCESS) {
-    snprintf(load_error, sizeof load_error, "cuDriverGetVersion failed");
-    return KILN_EDRIVER;
-  }
+  if (api.DriverGetVersion(&api.driver_version) != CUDA_SUCCESS)
+    return kiln_fail(KILN_EDRIVER, "cuDriverGetVersion failed");
   return KILN_OK;
 }
 
 static void load(void) {
-  const char *candidates[] = {kiln_param_cuda_library(), "libcuda.so.1", "libcuda.so"};
-  char tried[384] = "";
-  for (size_t i = 0; i < sizeof candidates / sizeof *candidates; i++) {
-    const char *c = candidates[i];
-    void *h;
-    if (!c || !*c) continue;
-    h = dlopen(c, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-      size_t n = strlen(tried);
-      snprintf(tried + n, sizeof tried - n, "%s%s", n ? ", " : "", c);
-      if (c == candidates[0]) break; /* an explicit library is the only one tried */
-      continue;
-    }
-    snprintf(api.path, sizeof api.path, "%s", c);
-    load_rc = fill(h);
-    if (load_rc == KILN_OK) {
-      kiln_log(KILN_LOG_DEBUG, "loaded CUDA driver %d.%d from %s", api.driver_version / 1000,
-               api.driver_version % 1000 / 10, c);
-      return;
-    }
-    /* Kept open: a library that cuInit'ed may have started threads. */
+  kiln_gpu_lib lib;
+  load_rc = kiln_gpu_lib_open(&lib, KILN_GPU_LIB_CUDA);
+  if (load_rc == KILN_OK) {
+    snprintf(api.path, sizeof api.path, "%s", lib.path);
+    snprintf(api.found_by, sizeof api.found_by, "%s", lib.found_by);
+    load_rc = fill(&lib); /* kept open either way: a library that cuInit'ed may have threads */
+  }
+  if (load_rc != KILN_OK) {
+    snprintf(load_error, sizeof load_error, "%s", kiln_last_error());
     return;
   }
-  snprintf(load_error, sizeof load_error,
-           "no CUDA driver: could not load %s (this machine has no NVIDIA driver, or it is not "
-           "on the library path; KILN_CUDA_LIBRARY names libcuda.so.1 explicitly)",
-           tried);
+  kiln_log(KILN_LOG_INFO, "CUDA driver %d.%d from %s (%s)", api.driver_version / 1000,
+           api.driver_version % 1000 / 10, api.path, api.found_by);
 }
 
 kiln_status kiln_cuda(const kiln_cuda_api **out) {

@@ -68,8 +68,9 @@ KILN_API kiln_status kiln_comm_single(kiln_comm **out);
  * device buffer (allocated here); each collective is polled on the stream
  * with ncclCommGetAsyncError until its deadline, and on a deadline or an
  * asynchronous error the communicator is aborted (ncclCommAbort): the caller
- * must not use it afterwards. libnccl is loaded with dlopen (KILN_NCCL_LIBRARY
- * names another); KILN_ENOTFOUND when it cannot be. */
+ * must not use it afterwards. libnccl is loaded with dlopen, found as
+ * docs/install.md says; KILN_ENOTFOUND when there is none, KILN_EINVAL when
+ * the file KILN_NCCL_LIBRARY names (or the one found) will not load. */
 KILN_API kiln_status kiln_comm_nccl(kiln_comm **out, void *nccl_comm, struct CUstream_st *stream);
 
 /* A communicator by name: "single" (kiln_comm_single) or "mpi"
@@ -156,9 +157,9 @@ KILN_API kiln_status kiln_coord_fail(const kiln_comm *comm, double timeout_s);
  * not complete in time. */
 KILN_API kiln_status kiln_coord_any(int *flag, const kiln_comm *comm, double timeout_s);
 
-/* The version of the libnccl kiln_comm_nccl would load (KILN_NCCL_LIBRARY,
- * else libnccl.so.2), as NCCL_VERSION_CODE: 22803 for 2.28.3.
- * KILN_ENOTFOUND with the reason when there is none. */
+/* The version of the libnccl kiln_comm_nccl would load (docs/install.md), as
+ * NCCL_VERSION_CODE: 22803 for 2.28.3. KILN_ENOTFOUND with the reason when
+ * there is none; KILN_EINVAL as for kiln_comm_nccl. */
 KILN_API kiln_status kiln_nccl_version(int *out);
 
 #ifdef __cplusplus

@@ -51,6 +51,30 @@ KILN_API void kiln_coverage_free(kiln_coverage *c);
  * KILN_EINVAL (and *out = 0) for a malformed value. */
 KILN_API kiln_status kiln_probe_offline(int *out);
 
+/* The GPU libraries kiln loads with dlopen, and where each came from
+ * (docs/install.md: KILN_*_LIBRARY, NVIDIA's Python wheels, CUDA_HOME,
+ * /usr/local/cuda, the dynamic loader's search). */
+typedef enum kiln_library {
+  KILN_LIBRARY_CUDA = 0,  /* libcuda: the driver */
+  KILN_LIBRARY_NVRTC = 1, /* libnvrtc */
+  KILN_LIBRARY_NCCL = 2,  /* libnccl */
+} kiln_library;
+
+typedef struct kiln_library_info {
+  char path[512];     /* the file loaded, as the dynamic loader resolved it */
+  char found_by[600]; /* "KILN_NVRTC_LIBRARY", "NVIDIA's wheels under /venv (VIRTUAL_ENV)",
+                         "CUDA_HOME (/opt/cuda)", "the CUDA toolkit (/usr/local/cuda)",
+                         "the dynamic loader's search" */
+  char version[32];   /* NVRTC "13.0", NCCL "2.28.3", the driver's CUDA version "13.0" */
+} kiln_library_info;
+
+/* Loads the library if this process has not yet, and says which file it is.
+ * Fails as its first use would: KILN_ENONVRTC / KILN_EDRIVER / KILN_ENOTFOUND
+ * when there is none; KILN_EINVAL when the file KILN_*_LIBRARY names (or the
+ * one found) will not load or is not that library; KILN_EUNSUPPORTED for an
+ * NVRTC older than kiln supports; KILN_EDRIVER when cuInit fails. */
+KILN_API kiln_status kiln_library_get_info(kiln_library_info *out, kiln_library which);
+
 /* kiln doctor: health checks of this machine, its settings and its caches.
  * Read-only: the caches are opened without creating anything and nothing in
  * them is written (one exception: the `remote` check makes one request to a

@@ -9,8 +9,8 @@
 #ifndef KILN_FAKECUDA_FAKE_H
 #define KILN_FAKECUDA_FAKE_H
 
-#include <cuda.h>   /* CUresult and the handle types */
-#include <stdint.h> /* uintptr_t */
+#include "common/gpu_abi.h" /* CUresult and the handle types, as cuda.h spells them */
+#include <stdint.h>         /* uintptr_t */
 
 #include <mutex>  /* std::mutex */
 #include <string> /* std::string */

@@ -5,16 +5,16 @@
  * process that loads the library afresh (the fake reads its knobs once).
  *
  * Usage: test_fakecuda <path of libkiln_fakecuda.so> */
-#include <cuda.h>     /* types only */
-#include <dlfcn.h>    /* dlopen, dlsym */
-#include <elf.h>      /* Elf64_Ehdr, Elf64_Shdr: hand-made cubins */
-#include <math.h>     /* expf, fabsf */
-#include <pthread.h>  /* the threads scenario */
-#include <stdio.h>    /* printf */
-#include <stdlib.h>   /* setenv, mkstemp */
-#include <string.h>   /* memset, strstr */
-#include <sys/wait.h> /* waitpid */
-#include <unistd.h>   /* fork, getpid */
+#include "common/gpu_abi.h" /* the driver's types, as cuda.h spells them */
+#include <dlfcn.h>          /* dlopen, dlsym */
+#include <elf.h>            /* Elf64_Ehdr, Elf64_Shdr: hand-made cubins */
+#include <math.h>           /* expf, fabsf */
+#include <pthread.h>        /* the threads scenario */
+#include <stdio.h>          /* printf */
+#include <stdlib.h>         /* setenv, mkstemp */
+#include <string.h>         /* memset, strstr */
+#include <sys/wait.h>       /* waitpid */
+#include <unistd.h>         /* fork, getpid */
 
 static const char *g_lib;
 static int g_failures;

@@ -34,9 +34,8 @@
 #define FRAMES 200
 #define WARMUP 20
 
-/* NCCL's ABI, the parts this test uses (nccl.h 2.x). */
-typedef int ncclResult_t;
-typedef struct ncclComm *ncclComm_t;
+/* The part of NCCL's ABI this test uses beyond kiln's (common/gpu_abi.h):
+ * setting up a communicator, which kiln never does. */
 typedef struct {
   char internal[128]; /* NCCL_UNIQUE_ID_BYTES */
 } ncclUniqueId;

@@ -26,6 +26,10 @@ d["kiln"] = "<kiln>"
 if d["nvrtc"].get("found"):
     d["nvrtc"]["version"] = "<nvrtc>"
     d["nvrtc"]["targets"] = "<targets>"
+    d["nvrtc"]["library"] = "<library>"
+    d["nvrtc"]["found_by"] = "<found_by>"
+if "driver" in d:
+    d["driver"]["library"] = "<library>"
 d["nccl"] = "<nccl>"
 for c in d["caches"]:
     c["bytes"] = "<bytes>"
