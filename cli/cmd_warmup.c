@@ -265,7 +265,8 @@ int cmd_warmup(int argc, char **argv) {
     fprintf(stderr, "kiln warmup: %s\n",
             st != KILN_OK ? kiln_last_error() : "no CUDA device is visible");
     json_decref(arr);
-    return EXIT_FAIL;
+    /* a KILN_CUDA_LIBRARY that will not load is bad input, as every named library */
+    return st == KILN_EINVAL ? EXIT_USAGE : EXIT_FAIL;
   }
   if (first >= n) {
     fprintf(stderr, "kiln warmup: --device %d: this machine has %d device%s (0..%d)\n", first, n,
