@@ -70,8 +70,16 @@ KILN_FAKE_CUDA_DEVICES=75 expect_exit 1 kiln warmup --kernels 'scaled_*' --cache
 expect_stderr_contains "needs sm_80 or newer; this GPU (Fake GPU sm_75) is sm_75"
 KILN_FAKE_CUDA_DEVICES= expect_exit 1 kiln warmup --kernels 'scaled_*' --cache "$T/c"
 expect_stderr_contains "no CUDA device is visible"
-KILN_CUDA_LIBRARY=$T/no-such-libcuda.so expect_exit 1 kiln warmup --kernels 'scaled_*' --cache "$T/c"
-expect_stderr_contains "no CUDA driver"
+# a named libcuda that will not load is bad input (exit 2), naming the file
+KILN_CUDA_LIBRARY=$T/no-such-libcuda.so expect_exit 2 kiln warmup --kernels 'scaled_*' --cache "$T/c"
+expect_stderr_contains "KILN_CUDA_LIBRARY=$T/no-such-libcuda.so: cannot load it"
+# no driver anywhere (a machine without one): exit 1, saying so
+if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then
+  env -u KILN_CUDA_LIBRARY -u CUDA_HOME -u CUDA_PATH "$KILN_BIN" warmup --kernels 'scaled_*' \
+    --cache "$T/c" >"$OUT" 2>"$ERR" && RC=0 || RC=$?
+  expect_eq "$RC" 1 "warmup with no driver anywhere: exit status"
+  expect_stderr_contains "the CUDA driver (libcuda) not found"
+fi
 KILN_FAKE_CUDA_DEVICES=90 expect_exit 2 kiln warmup --kernels 'scaled_*' --cache "$T/c" --device 3
 expect_stderr_contains "this machine has 1 device"
 
