@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h> /* access */
 
 #include "common/error.h"
 #include "common/gpu_libs.h"
@@ -25,6 +26,22 @@ static const kiln_gpu_sym syms[] = {
 #undef KILN_SYM
 };
 
+/* NVRTC dlopens libnvrtc-builtins.so.X.Y by name on its first compile and
+ * finds it through its own $ORIGIN run path. That fails where the dlopen
+ * seems to come from elsewhere (a sanitizer's interceptor) and for a copy
+ * whose run path was stripped; loading the builtins beside the library first,
+ * by full path, makes NVRTC's own dlopen find them loaded. */
+static void preload_builtins(void) {
+  char path[sizeof api.path + 64];
+  const char *slash = strrchr(api.path, '/');
+  if (!slash) return;
+  snprintf(path, sizeof path, "%.*s/libnvrtc-builtins.so.%d.%d", (int)(slash - api.path), api.path,
+           api.major, api.minor);
+  if (access(path, F_OK) != 0) return;
+  if (!dlopen(path, RTLD_NOW | RTLD_LOCAL)) /* kept loaded for the process, as NVRTC keeps it */
+    kiln_log(KILN_LOG_DEBUG, "NVRTC: %s did not preload: %s", path, dlerror());
+}
+
 /* The version first: an NVRTC older than kiln supports lacks some of the
  * entry points, and its version is the error to give. */
 static kiln_status fill(const kiln_gpu_lib *lib) {
@@ -41,6 +58,7 @@ static kiln_status fill(const kiln_gpu_lib *lib) {
                      "install a newer one or name it with KILN_NVRTC_LIBRARY",
                      api.major, api.minor, api.path, api.found_by, KILN_NVRTC_MIN_MAJOR,
                      KILN_NVRTC_MIN_MINOR);
+  preload_builtins();
   return kiln_gpu_lib_bind(&api, syms, sizeof syms / sizeof *syms, lib, KILN_GPU_LIB_NVRTC, NULL,
                            NULL);
 }
