@@ -36,7 +36,9 @@ typedef struct kiln_http_config {
 typedef enum kiln_http_method {
   KILN_HTTP_GET = 0,
   KILN_HTTP_HEAD = 1,
-  KILN_HTTP_PUT = 2
+  KILN_HTTP_PUT = 2,
+  KILN_HTTP_MKCOL = 3, /* WebDAV: make the collection (a path ending in '/') */
+  KILN_HTTP_DELETE = 4
 } kiln_http_method;
 
 typedef struct kiln_http_req {
@@ -57,7 +59,8 @@ typedef struct kiln_http_req {
   kiln_status rc; /* OK: 2xx; ENOTFOUND: 404; EPERM: 401/403; EUNSUPPORTED: 405/501
                      (e.g. PUT refused); ECORRUPT: body too long, short or wrong
                      digest; ETIMEDOUT: timed out; EREMOTE: anything else
-                     (connection refused, 5xx after retries, breaker open) */
+                     (connection refused, 5xx after retries, breaker open; 409,
+                     which alone never counts towards the breaker) */
   uint8_t *data;  /* GET into memory: the body (NUL-terminated), free() */
   size_t len;
   uint64_t bytes_down, bytes_up; /* over every attempt */
@@ -89,13 +92,20 @@ struct kiln_remote {
   kiln_http *http;
   char url[2048];
   int upload, tls;
-  uint8_t *key; /* HMAC key, or NULL */
+  int collections; /* 1 once this process made its collections (MKCOL, remote_upload.c) */
+  uint8_t *key;    /* HMAC key, or NULL */
   size_t key_len;
 };
 
 /* Adds d's counts to the totals in the index (kiln_remote_stats_get reads
  * them). Best effort: a failure is logged at debug, never returned. */
 void kiln_remote_stats_add(kiln_cache *c, kiln_remote_stats *d);
+
+/* For kiln doctor: whether an upload can land. PUTs a small object at
+ * cas/kiln-doctor-<host>-<pid> (making the collections with MKCOL when the
+ * server says one is missing, as an upload does), then DELETEs it. KILN_OK when it landed; else the
+ * failure, naming the request. Only with uploads on. */
+kiln_status kiln_remote_probe_upload(kiln_cache *c);
 
 /* ---- the record document (cache/remote_record.c) ---------------------------- */
 

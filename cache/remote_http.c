@@ -162,7 +162,11 @@ void kiln_http_reqs_reset(kiln_http_req *reqs, size_t n) {
 }
 
 static const char *method_name(kiln_http_method m) {
-  return m == KILN_HTTP_HEAD ? "HEAD" : m == KILN_HTTP_PUT ? "PUT" : "GET";
+  return m == KILN_HTTP_HEAD     ? "HEAD"
+         : m == KILN_HTTP_PUT    ? "PUT"
+         : m == KILN_HTTP_MKCOL  ? "MKCOL"
+         : m == KILN_HTTP_DELETE ? "DELETE"
+                                 : "GET";
 }
 
 /* One request's progress through the run. */
@@ -288,7 +292,8 @@ static kiln_status xfer_setup(run *R, xfer *x) {
     curl_easy_setopt(e, CURLOPT_READFUNCTION, on_read);
     curl_easy_setopt(e, CURLOPT_READDATA, x);
     curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)r->body_len);
-  } else {
+  } else if (r->method == KILN_HTTP_MKCOL || r->method == KILN_HTTP_DELETE) {
+    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method_name(r->method));
     curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
   }
   curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->method == KILN_HTTP_PUT ? R->hdr_put : R->hdr_get);
@@ -332,7 +337,9 @@ static kiln_status status_rc(long st) {
 
 /* Counts a finished request against the breaker; opens it at the threshold. */
 static void breaker_note(kiln_http *h, const kiln_http_req *r) {
-  int failed = r->rc == KILN_EREMOTE || r->rc == KILN_ETIMEDOUT;
+  /* A 409 is the server's answer about one path (a WebDAV collection that is
+   * missing: remote_upload.c makes it), not a sign the server is down. */
+  int failed = (r->rc == KILN_EREMOTE && r->status != 409) || r->rc == KILN_ETIMEDOUT;
   int opened = 0, count = 0;
   pthread_mutex_lock(&h->mu);
   if (r->rc == KILN_OK || r->rc == KILN_ENOTFOUND)

@@ -1,14 +1,23 @@
 /* Uploading to the remote cache (kiln_remote_upload, include/kiln/remote.h):
  * three rounds of parallel requests: HEAD each record (one already there is
- * skipped), then PUT the blobs, then PUT the records (docs/remote-cache.md). */
+ * skipped), then PUT the blobs, then PUT the records (docs/remote-cache.md).
+ * Until this process has seen its collections exist, the first PUT of a
+ * round goes alone: a WebDAV server without them answers 409 Conflict (RFC
+ * 4918) or, like nginx without create_full_put_path, 500; kiln then makes them
+ * with MKCOL (parents first) and sends the round. */
 #include <stdio.h>  /* snprintf */
 #include <stdlib.h> /* calloc, free */
 #include <string.h> /* memset */
+#include <unistd.h> /* getpid */
 
 #include "cache/remote.h"
 #include "cache/store.h"
+#include "common/clock.h" /* kiln_host_name */
 #include "common/error.h"
 #include "common/logging.h"
+
+/* The deepest base path whose missing parents kiln makes (MKCOL). */
+#define KILN_REMOTE_MAX_DEPTH 8
 
 typedef struct up_item {
   kiln_record rec;
@@ -16,7 +25,8 @@ typedef struct up_item {
   size_t size;
   char *doc;
   size_t doc_len;
-  int state; /* 0 needs upload, 1 on the remote, -1 failed */
+  int state;   /* 0 needs upload, 1 on the remote, -1 failed */
+  int piloted; /* its PUT of this round went alone, first, and landed */
 } up_item;
 
 /* The three rounds of an upload: what is there already, then blobs before
@@ -45,7 +55,7 @@ static void up_run(struct kiln_remote *r, up_item *u, size_t n, kiln_http_req *r
   }
   kiln_http_reqs_reset(reqs, n);
   for (size_t i = 0; i < n; i++) {
-    if (u[i].state != 0) continue;
+    if (u[i].state != 0 || u[i].piloted) continue;
     reqs[m].out_fd = -1;
     reqs[m].max_bytes = KILN_REMOTE_RECORD_MAX;
     up_prepare(&u[i], &reqs[m], round);
@@ -67,6 +77,91 @@ static void up_run(struct kiln_remote *r, up_item *u, size_t n, kiln_http_req *r
     }
   }
   free(idx);
+}
+
+/* How many path components the base URL has: 2 for http://h:p/team/kiln. */
+static int base_depth(const char *url) {
+  const char *p = strstr(url, "://");
+  int depth = 0;
+  p = p ? strchr(p + 3, '/') : NULL;
+  for (; p && *p; p++)
+    if (*p != '/' && (p[-1] == '/')) depth++;
+  return depth;
+}
+
+/* MKCOL, parents first: the base URL's own collections (a relative "../"
+ * reaches a parent: libcurl removes dot segments), then ac/ and cas/ in it.
+ * 201 made, 405 there already (RFC 4918). KILN_OK when all exist; else the
+ * first failure, with the request's one-line error. */
+static kiln_status make_collections(struct kiln_remote *r, kiln_remote_stats *d) {
+  kiln_http_req reqs[KILN_REMOTE_MAX_DEPTH + 2];
+  int depth = base_depth(r->url), n = 0;
+  kiln_status rc = KILN_OK;
+  if (depth > KILN_REMOTE_MAX_DEPTH) depth = KILN_REMOTE_MAX_DEPTH; /* deeper ones must exist */
+  memset(reqs, 0, sizeof reqs);
+  for (int up = depth - 1; up >= 0; up--, n++) { /* "../../", "../", "" */
+    size_t len = 0;
+    for (int k = 0; k < up; k++)
+      len += (size_t)snprintf(reqs[n].path + len, sizeof reqs[n].path - len, "../");
+  }
+  snprintf(reqs[n++].path, sizeof reqs[0].path, "ac/");
+  snprintf(reqs[n++].path, sizeof reqs[0].path, "cas/");
+  for (int i = 0; i < n; i++) {
+    reqs[i].method = KILN_HTTP_MKCOL;
+    reqs[i].out_fd = -1;
+    reqs[i].max_bytes = KILN_REMOTE_RECORD_MAX;
+  }
+  /* one at a time down the base path, then ac/ and cas/ together */
+  for (int lo = 0; lo < n && rc == KILN_OK;) {
+    int hi = lo < n - 2 ? lo + 1 : n;
+    kiln_http_run(r->http, reqs + lo, (size_t)(hi - lo));
+    for (int i = lo; i < hi && rc == KILN_OK; i++) {
+      d->bytes_down += reqs[i].bytes_down;
+      d->bytes_up += reqs[i].bytes_up;
+      if (reqs[i].rc != KILN_OK && reqs[i].status != 405)
+        rc =
+            kiln_fail(reqs[i].rc == KILN_OK ? KILN_EREMOTE : reqs[i].rc,
+                      "remote cache %s: making its collections (MKCOL): %s", r->url, reqs[i].error);
+    }
+    lo = hi;
+  }
+  kiln_http_reqs_reset(reqs, (size_t)n);
+  if (rc == KILN_OK) {
+    r->collections = 1;
+    kiln_log(KILN_LOG_INFO, "remote cache %s: made its collections ac/ and cas/ (MKCOL)", r->url);
+  }
+  return rc;
+}
+
+/* What a server without the collections answers a PUT: 409 (RFC 4918), or
+ * 500 (nginx without create_full_put_path). */
+static int missing_collection(const kiln_http_req *q) {
+  return q->status == 409 || q->status == 500;
+}
+
+/* Until the collections are known to exist: the round's first PUT, alone.
+ * If the server says a collection is missing, they are made (MKCOL) and the
+ * item is sent again with the round. */
+static void pilot(struct kiln_remote *r, up_item *u, size_t n, kiln_http_req *q, up_round round,
+                  kiln_remote_stats *d) {
+  size_t i = 0;
+  for (size_t k = 0; k < n; k++)
+    u[k].piloted = 0;
+  while (i < n && u[i].state != 0)
+    i++;
+  if (r->collections || round == UP_HEAD_RECORD || i == n) return;
+  kiln_http_reqs_reset(q, 1);
+  q->out_fd = -1;
+  q->max_bytes = KILN_REMOTE_RECORD_MAX;
+  up_prepare(&u[i], q, round);
+  kiln_http_run(r->http, q, 1);
+  d->bytes_down += q->bytes_down;
+  d->bytes_up += q->bytes_up;
+  if (q->rc == KILN_OK)
+    u[i].piloted = 1;
+  else if (missing_collection(q) && make_collections(r, d) != KILN_OK)
+    kiln_log(KILN_LOG_WARN, "%s", kiln_last_error()); /* the round's PUTs will say what fails */
+  kiln_http_reqs_reset(q, 1);
 }
 
 kiln_status kiln_remote_upload(size_t *uploaded, kiln_cache *c, const char *const *keys, size_t n) {
@@ -101,8 +196,10 @@ kiln_status kiln_remote_upload(size_t *uploaded, kiln_cache *c, const char *cons
     u[i].rec.log_digest[0] = '\0'; /* logs are not uploaded */
     KILN_CHECK(kiln_remote_record_encode(&u[i].rec, r->key, r->key_len, &u[i].doc, &u[i].doc_len));
   }
-  for (up_round round = UP_HEAD_RECORD; round <= UP_PUT_RECORD; round++)
+  for (up_round round = UP_HEAD_RECORD; round <= UP_PUT_RECORD; round++) {
+    pilot(r, u, n, reqs, round, &d);
     up_run(r, u, n, reqs, round, &d, &first, first_err, sizeof first_err);
+  }
   for (size_t i = 0; i < n; i++) {
     if (u[i].state == 0)
       done++;
@@ -131,5 +228,49 @@ out:
   }
   free(u);
   free(reqs);
+  return rc;
+}
+
+/* One request; a missing collection's answer is met by making them, once. */
+static kiln_status probe_request(struct kiln_remote *r, kiln_http_req *q, kiln_remote_stats *d) {
+  kiln_http_run(r->http, q, 1);
+  if (missing_collection(q) && !r->collections) {
+    kiln_status mk = make_collections(r, d);
+    if (mk != KILN_OK) return mk;
+    kiln_http_reqs_reset(q, 1);
+    kiln_http_run(r->http, q, 1);
+  }
+  if (q->rc != KILN_OK) return kiln_fail(q->rc, "remote cache %s: %s", r->url, q->error);
+  return KILN_OK;
+}
+
+kiln_status kiln_remote_probe_upload(kiln_cache *c) {
+  static const char body[] = "kiln doctor: a test upload, deleted at once\n";
+  struct kiln_remote *r = c ? c->remote : NULL;
+  kiln_http_req q;
+  kiln_remote_stats d;
+  kiln_status rc;
+  char host[256];
+  if (!r || !r->upload) return kiln_fail(KILN_EINVAL, "kiln_remote_probe_upload: uploads are off");
+  memset(&q, 0, sizeof q);
+  memset(&d, 0, sizeof d);
+  kiln_host_name(host, sizeof host);
+  q.method = KILN_HTTP_PUT;
+  q.out_fd = -1;
+  q.body = body;
+  q.body_len = sizeof body - 1;
+  snprintf(q.path, sizeof q.path, "cas/kiln-doctor-%.64s-%ld", host, (long)getpid());
+  rc = probe_request(r, &q, &d);
+  if (rc == KILN_OK) {
+    kiln_http_reqs_reset(&q, 1);
+    q.method = KILN_HTTP_DELETE;
+    q.body = NULL;
+    q.body_len = 0;
+    kiln_http_run(r->http, &q, 1);
+    if (q.rc != KILN_OK && q.status != 404) /* landed; only the clean-up failed */
+      kiln_log(KILN_LOG_WARN, "remote cache %s: could not delete the test object: %s", r->url,
+               q.error);
+  }
+  kiln_http_reqs_reset(&q, 1);
   return rc;
 }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cache/lease.h"
+#include "cache/remote.h" /* kiln_remote_probe_upload */
 #include "cache/store.h"
 #include "common/clock.h"
 #include "common/error.h"
@@ -389,9 +390,16 @@ static void check_remote(doctor_ctx *x) {
                "check the token: KILN_REMOTE_TOKEN_FILE, or the host's entry in ~/.netrc",
                "remote %s refused (HTTP %ld): %s", kiln_cache_remote_url(x->cache), res.http_status,
                res.detail);
+  else if (res.upload && kiln_remote_probe_upload(x->cache) != KILN_OK)
+    doctor_add(x->r, "remote", KILN_DOCTOR_FAIL,
+               "let the token write (KILN_REMOTE_TOKEN_FILE), or make the server accept PUT and "
+               "MKCOL under the base URL (docs/remote-cache.md), or turn uploads off",
+               "remote %s reachable (%.0f ms), but uploads cannot land: %s",
+               kiln_cache_remote_url(x->cache), res.ms, kiln_last_error());
   else
-    doctor_add(x->r, "remote", KILN_DOCTOR_PASS, NULL, "remote %s reachable (%.0f ms); %s",
-               kiln_cache_remote_url(x->cache), res.ms, extra);
+    doctor_add(x->r, "remote", KILN_DOCTOR_PASS, NULL, "remote %s reachable (%.0f ms); %s%s",
+               kiln_cache_remote_url(x->cache), res.ms, extra,
+               res.upload ? ": a test upload landed and was deleted" : "");
 }
 
 static void open_cache(doctor_ctx *x) {

@@ -7,6 +7,7 @@ Binds 127.0.0.1:0 and writes the port to F. Serves GET/HEAD/PUT of files under
 --root (PUT stores atomically: temp file + rename). Modes:
   ok          normal
   500         every request answers 500
+  409         every PUT answers 409 Conflict (a WebDAV collection that cannot be made)
   stall       read the request, never answer (holds at most 120 s)
   truncate    GET sends the full Content-Length but half the bytes, then closes
   flaky:N     the first N requests answer 503, then ok
@@ -129,6 +130,9 @@ class Handler(BaseHTTPRequestHandler):
             return None
         if mode == "500":
             self._answer(500, b"injected failure\n")
+            return None
+        if mode == "409" and self.command == "PUT":
+            self._answer(409, b"conflict\n")
             return None
         if mode == "flaky":
             self._answer(503, b"flaky\n")

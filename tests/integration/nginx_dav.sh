@@ -15,6 +15,8 @@
 #       --token T        every request needs "Authorization: Bearer T" (else 401)
 #       --basic U:P      HTTP basic auth (htpasswd made with openssl passwd -apr1)
 #       --readonly       GET and HEAD only: PUT and DELETE answer 403
+#       --strict-dav     a plain RFC 4918 server: MKCOL on, no create_full_put_path
+#                        (a PUT under a missing collection answers 409)
 #       --tls            https with a self-signed CA and a server certificate for
 #                        IP 127.0.0.1 (HTTP/2 offered through ALPN)
 #   nginx_dav.sh stop DIR
@@ -30,7 +32,7 @@ ND_NAME=nginx_dav.sh
 err() { printf '%s: %s\n' "$ND_NAME" "$*" >&2; }
 
 usage() {
-  err "usage: nginx_dav.sh start DIR [--token T] [--basic USER:PASS] [--readonly] [--tls] | stop DIR"
+  err "usage: nginx_dav.sh start DIR [--token T] [--basic USER:PASS] [--readonly] [--strict-dav] [--tls] | stop DIR"
   exit 2
 }
 
@@ -115,7 +117,8 @@ make_tls() {
 }
 
 write_conf() {
-  local dir=$1 port=$2 user_line="" listen auth="" ro=""
+  local dir=$1 port=$2 user_line="" listen auth="" ro="" dav="dav_methods PUT DELETE;
+      create_full_put_path on;"
   ((EUID == 0)) && user_line="user root;"
   listen="listen 127.0.0.1:$port;"
   ((TLS)) && listen="listen 127.0.0.1:$port ssl http2;
@@ -125,6 +128,7 @@ write_conf() {
   [[ -n $BASIC ]] && auth="auth_basic \"kiln\";
     auth_basic_user_file $dir/conf/htpasswd;"
   ((READONLY)) && ro="limit_except GET HEAD { deny all; }"
+  ((STRICT)) && dav="dav_methods PUT DELETE MKCOL;"
   cat >"$dir/conf/nginx.conf" <<EOF
 # written by tests/integration/nginx_dav.sh
 $user_line
@@ -150,8 +154,7 @@ http {
     location / {
       root $dir/root;
       log_not_found off;
-      dav_methods PUT DELETE;
-      create_full_put_path on;
+      $dav
       dav_access user:rw group:r all:r;
       client_max_body_size 1g;
       $ro
@@ -218,12 +221,13 @@ start() {
 (($# >= 2)) || usage
 cmd=$1 dir=$2
 shift 2
-TOKEN="" BASIC="" READONLY=0 TLS=0
+TOKEN="" BASIC="" READONLY=0 STRICT=0 TLS=0
 while (($#)); do
   case $1 in
     --token) (($# >= 2)) || usage; TOKEN=$2; shift 2 ;;
     --basic) (($# >= 2)) || usage; BASIC=$2; shift 2 ;;
     --readonly) READONLY=1; shift ;;
+    --strict-dav) STRICT=1; shift ;;
     --tls) TLS=1; shift ;;
     *) usage ;;
   esac
