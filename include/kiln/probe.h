@@ -78,7 +78,8 @@ KILN_API kiln_status kiln_library_get_info(kiln_library_info *out, kiln_library 
 /* kiln doctor: health checks of this machine, its settings and its caches.
  * Read-only: the caches are opened without creating anything and nothing in
  * them is written (one exception: the `remote` check makes one request to a
- * configured remote). */
+ * configured remote and, with uploads on, PUTs and DELETEs a test object
+ * there: docs/remote-cache.md). */
 typedef enum kiln_doctor_status {
   KILN_DOCTOR_PASS = 0,
   KILN_DOCTOR_WARN = 1,
