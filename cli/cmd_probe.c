@@ -128,11 +128,16 @@ static void units_json(json_t *a, kiln_cache *cache, const kiln_device_info *d, 
                         json_string(ok ? kiln_load_source_str(it->source) : "missing"));
     json_object_set_new(o, "artifact", ok ? json_string(it->artifact) : json_null());
     json_object_set_new(o, "layer", ok ? json_integer(it->layer) : json_null());
-    if (!ok)
-      json_object_set_new(o, "if_missing",
-                          json_string(offline  ? "would fail: KILN_OFFLINE=1 forbids building"
-                                      : !nvrtc ? "would fail: no NVRTC to build with"
-                                               : "would build (NVRTC, once per cache)"));
+    if (!ok) {
+      char why[800] = "would build (NVRTC, once per cache)";
+      if (offline)
+        snprintf(why, sizeof why, "would fail: KILN_OFFLINE=1 forbids building");
+      else if (!nvrtc)
+        snprintf(why, sizeof why, "would fail: no NVRTC to build with");
+      else if (kiln_probe_can_build(t.arch, d->driver_version) != KILN_OK)
+        snprintf(why, sizeof why, "would fail: %s", kiln_last_error());
+      json_object_set_new(o, "if_missing", json_string(why));
+    }
     json_array_append_new(a, o);
   }
   kiln_coverage_free(cov);

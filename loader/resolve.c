@@ -10,6 +10,7 @@
 #include "kiln/build.h"
 #include "kiln/target.h"
 #include "loader/loader_internal.h"
+#include "loader/select.h" /* kiln_build_fits */
 
 static kiln_status no_artifact(kiln_loader *l, size_t u, const char *held, const char *reason) {
   return kiln_fail(KILN_ENOTFOUND,
@@ -29,37 +30,20 @@ static kiln_status build_missing(kiln_loader *l, const size_t *units, size_t n,
   const char **names = NULL;
   kiln_target t = {l->cc, 0, KILN_TARGET_CUBIN};
   kiln_status rc = KILN_OK;
-  int *archs = NULL, supported = 0;
+  int *archs = NULL, ma = 0, mi = 0;
   size_t n_archs = 0;
+  char reason[600];
   if (kiln_nvrtc_supported_archs(&archs, &n_archs) != KILN_OK) {
-    char reason[600];
     snprintf(reason, sizeof reason, "it cannot be built here: %s", kiln_last_error());
     return no_artifact(l, units[0], held[0], reason);
   }
-  for (size_t i = 0; i < n_archs; i++)
-    supported |= archs[i] == l->cc;
-  free(archs);
-  {
-    int ma = 0, mi = 0;
-    kiln_nvrtc_version(&ma, &mi);
-    if (ma > l->info.driver_version / 1000) {
-      char reason[256];
-      snprintf(reason, sizeof reason,
-               "NVRTC %d.%d builds code that this driver (CUDA %d.%d) cannot load: update the "
-               "NVIDIA driver, or point KILN_NVRTC_LIBRARY at an NVRTC %d.x",
-               ma, mi, l->info.driver_version / 1000, l->info.driver_version % 1000 / 10,
-               l->info.driver_version / 1000);
-      return no_artifact(l, units[0], held[0], reason);
-    }
-  }
-  if (!supported) {
-    char reason[256];
-    int ma = 0, mi = 0;
-    kiln_nvrtc_version(&ma, &mi);
-    snprintf(reason, sizeof reason, "NVRTC %d.%d cannot build for sm_%d (a newer CUDA toolkit can)",
-             ma, mi, l->cc);
+  kiln_nvrtc_version(&ma, &mi);
+  if (!kiln_build_fits(l->cc, l->info.driver_version, ma, mi, archs, n_archs, reason,
+                       sizeof reason)) {
+    free(archs);
     return no_artifact(l, units[0], held[0], reason);
   }
+  free(archs);
   names = calloc(n, sizeof *names);
   if (!names) return kiln_fail(KILN_ENOMEM, "out of memory");
   for (size_t i = 0; i < n; i++)

@@ -101,3 +101,31 @@ size_t kiln_select(const kiln_record *recs, size_t n, int cc, int driver_version
   free(r);
   return m;
 }
+
+int kiln_build_fits(int cc, int driver_version, int nvrtc_major, int nvrtc_minor, const int *archs,
+                    size_t n_archs, char *why, size_t why_cap) {
+  int supported = 0;
+  if (why && why_cap) why[0] = '\0';
+  if (!nvrtc_major) {
+    if (why) snprintf(why, why_cap, "no NVRTC to build with");
+    return 0;
+  }
+  if (driver_version && nvrtc_major > driver_version / 1000) {
+    if (why)
+      snprintf(why, why_cap,
+               "NVRTC %d.%d builds code that this driver (CUDA %d.%d) cannot load: update the "
+               "NVIDIA driver, or point KILN_NVRTC_LIBRARY at an NVRTC %d.x",
+               nvrtc_major, nvrtc_minor, driver_version / 1000, driver_version % 1000 / 10,
+               driver_version / 1000);
+    return 0;
+  }
+  for (size_t i = 0; i < n_archs; i++)
+    supported |= archs[i] == cc;
+  if (!supported) {
+    if (why)
+      snprintf(why, why_cap, "NVRTC %d.%d cannot build for sm_%d (a newer CUDA toolkit can)",
+               nvrtc_major, nvrtc_minor, cc);
+    return 0;
+  }
+  return 1;
+}

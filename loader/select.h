@@ -31,4 +31,14 @@ int kiln_toolchain_ptx_isa(const char *toolchain);
 size_t kiln_select(const kiln_record *recs, size_t n, int cc, int driver_version,
                    const char *toolchain, kiln_candidate *out, char *why, size_t why_cap);
 
+/* Whether a build here helps a device of compute capability cc under a
+ * driver of driver_version (0: any): an NVRTC of version nvrtc_major.minor
+ * (0.0: none) that can build the archs[0..n_archs) gives a CUBIN sm_<cc>
+ * that driver loads. 1 when it does; else 0 with the reason in why (no
+ * NVRTC; an NVRTC of a newer CUDA major than the driver; an arch it cannot
+ * build). The loader (loader/resolve.c) and `kiln probe`
+ * (kiln_probe_can_build) both decide by it. */
+int kiln_build_fits(int cc, int driver_version, int nvrtc_major, int nvrtc_minor, const int *archs,
+                    size_t n_archs, char *why, size_t why_cap);
+
 #endif

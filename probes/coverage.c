@@ -110,3 +110,13 @@ void kiln_coverage_free(kiln_coverage *c) {
   free(c->items);
   free(c);
 }
+
+KILN_API kiln_status kiln_probe_can_build(int cc, int driver_version) {
+  int *archs = NULL, ma = 0, mi = 0, fits;
+  size_t n_archs = 0;
+  char why[600];
+  if (kiln_nvrtc_supported_archs(&archs, &n_archs) == KILN_OK) kiln_nvrtc_version(&ma, &mi);
+  fits = kiln_build_fits(cc, driver_version, ma, mi, archs, n_archs, why, sizeof why);
+  free(archs);
+  return fits ? KILN_OK : kiln_fail(KILN_EUNSUPPORTED, "%s", why);
+}

@@ -47,6 +47,14 @@ KILN_API kiln_status kiln_coverage_check(kiln_coverage **out, kiln_cache *cache,
                                          const char *kernels_glob, int driver_version);
 KILN_API void kiln_coverage_free(kiln_coverage *c);
 
+/* Whether building here would help a GPU of compute capability cc (e.g. 90)
+ * under a driver of driver_version (e.g. 12080; 0: any), by the loader's own
+ * rule (docs/loader.md): KILN_OK when this NVRTC can build sm_<cc> and that
+ * driver can load what it builds; else KILN_EUNSUPPORTED with the reason (no
+ * NVRTC; an NVRTC of a newer CUDA major than the driver; an arch it cannot
+ * build). KILN_OFFLINE is not considered (kiln_probe_offline). */
+KILN_API kiln_status kiln_probe_can_build(int cc, int driver_version);
+
 /* KILN_OFFLINE as the loader reads it: *out = 1 when it may not build.
  * KILN_EINVAL (and *out = 0) for a malformed value. */
 KILN_API kiln_status kiln_probe_offline(int *out);

@@ -86,6 +86,24 @@ static void test_same_target_prefers_the_current_toolchain(void **state) {
   assert_string_equal(c[2].rec->toolchain, "nvrtc-12.8");
 }
 
+/* A build helps only where this NVRTC can build the arch and the driver can
+ * load its output: the loader and `kiln probe` both ask kiln_build_fits. */
+static void test_a_build_fits_only_a_driver_of_its_major_or_newer(void **state) {
+  static const int archs[] = {80, 90, 100};
+  char why[600];
+  (void)state;
+  assert_int_equal(kiln_build_fits(90, 13000, 13, 0, archs, 3, why, sizeof why), 1);
+  assert_string_equal(why, "");
+  assert_int_equal(kiln_build_fits(90, 0, 13, 0, archs, 3, why, sizeof why), 1); /* any driver */
+  assert_int_equal(kiln_build_fits(90, 12080, 12, 9, archs, 3, why, sizeof why), 1);
+  assert_int_equal(kiln_build_fits(100, 12080, 13, 0, archs, 3, why, sizeof why), 0);
+  assert_non_null(strstr(why, "NVRTC 13.0 builds code that this driver (CUDA 12.8) cannot load"));
+  assert_int_equal(kiln_build_fits(120, 13000, 13, 0, archs, 3, why, sizeof why), 0);
+  assert_non_null(strstr(why, "cannot build for sm_120"));
+  assert_int_equal(kiln_build_fits(90, 13000, 0, 0, NULL, 0, why, sizeof why), 0);
+  assert_string_equal(why, "no NVRTC to build with");
+}
+
 static void test_driver_ptx_isa_table(void **state) {
   (void)state;
   assert_int_equal(kiln_driver_ptx_isa(11080), 78);
@@ -106,6 +124,7 @@ int main(void) {
       cmocka_unit_test(test_output_of_a_newer_cuda_major_is_left_out),
       cmocka_unit_test(test_same_target_prefers_the_current_toolchain),
       cmocka_unit_test(test_driver_ptx_isa_table),
+      cmocka_unit_test(test_a_build_fits_only_a_driver_of_its_major_or_newer),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
