@@ -108,6 +108,49 @@ out:
   return rc;
 }
 
+/* syncfs() of the file system that holds path. */
+static kiln_status sync_fs_of(const char *path) {
+  int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  kiln_status rc = KILN_OK;
+  if (fd < 0 || syncfs(fd) != 0) rc = kiln_fail_errno(KILN_EIO, errno, "syncing %s", path);
+  if (fd >= 0) close(fd);
+  return rc;
+}
+
+kiln_status kiln_blobs_adopt(kiln_cache *c, const char *const *digests, char (*tmps)[KILN_PATH_MAX],
+                             size_t n) {
+  char path[KILN_PATH_MAX], dir[KILN_PATH_MAX];
+  kiln_status rc = KILN_OK;
+  size_t moved = 0;
+  for (size_t i = 0; i < n; i++) /* the bytes and the mode, before any rename */
+    if (tmps[i][0] && chmod(tmps[i], 0444) != 0)
+      return kiln_fail_errno(KILN_EIO, errno, "chmod %s", tmps[i]);
+  KILN_CHECK(sync_fs_of(c->tmp_dir));
+  for (size_t i = 0; i < n; i++) {
+    if (!tmps[i][0]) continue;
+    KILN_CHECK(kiln_blob_path(path, sizeof path, c->primary.dir, digests[i]));
+    if (kiln_blob_read(c->primary.dir, digests[i], UINT64_MAX, NULL, NULL) == KILN_OK) {
+      unlink(tmps[i]); /* a good copy is there: keep it */
+      tmps[i][0] = '\0';
+      continue;
+    }
+    if (snprintf(dir, sizeof dir, "%s/%.2s", c->cas_dir, digests[i]) >= (int)sizeof dir) {
+      rc = kiln_fail(KILN_EINVAL, "path too long: %s", c->cas_dir);
+      goto out;
+    }
+    if (access(dir, F_OK) != 0) KILN_CHECK(kiln_mkdir(dir, 0700));
+    if (rename(tmps[i], path) != 0) {
+      rc = kiln_fail_errno(KILN_EIO, errno, "move %s to %s", tmps[i], path);
+      goto out;
+    }
+    tmps[i][0] = '\0';
+    moved++;
+  }
+  if (moved) rc = sync_fs_of(c->cas_dir); /* the renames and new folders */
+out:
+  return rc;
+}
+
 kiln_status kiln_blob_quarantine(kiln_cache *c, const char *digest, const char *why_in, int force) {
   char path[KILN_PATH_MAX], dest[KILN_PATH_MAX], why[256];
   kiln_status rc;

@@ -131,6 +131,57 @@ out:
   return rc;
 }
 
+/* One imported record inside the write transaction. */
+static kiln_status import_locked(kiln_cache *c, kiln_record *rec, char kept[65],
+                                 const char *source) {
+  sqlite3_stmt *st = NULL;
+  kiln_status rc;
+  int row = 0;
+  kept[0] = '\0';
+  KILN_CHECK(kiln_sql_prepare(&st, c->primary.db, "SELECT digest FROM records WHERE key = ?1",
+                              SQL_ARGS(SQL_TEXT(rec->key)), "look the key up"));
+  KILN_CHECK(kiln_sql_step(&row, st, "look the key up"));
+  if (!row) {
+    rc = insert_locked(c, rec);
+    goto out;
+  }
+  kiln_sql_text(kept, 65, st, 0);
+  if (strcmp(kept, rec->digest) == 0) {
+    rc = KILN_EEXISTS;
+    goto out;
+  }
+  rc = kiln_sql_run(c->primary.db,
+                    "INSERT OR REPLACE INTO conflicts(key, unit, target, kept, refused, source, at)"
+                    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    SQL_ARGS(SQL_TEXT(rec->key), SQL_TEXT(rec->unit), SQL_TEXT(rec->target),
+                             SQL_TEXT(kept), SQL_TEXT(rec->digest), SQL_TEXT(source),
+                             SQL_INT(kiln_now_s())),
+                    "record a conflict");
+  if (rc == KILN_OK) rc = KILN_EMISMATCH;
+out:
+  sqlite3_finalize(st);
+  return rc;
+}
+
+kiln_status kiln_records_import(kiln_cache *c, kiln_record *const *recs, size_t n,
+                                kiln_status *each, char (*kept)[65], const char *source) {
+  kiln_status rc;
+  for (size_t i = 0; i < n; i++)
+    each[i] = KILN_ENOTFOUND;
+  KILN_CHECK(kiln_txn_begin(c, "import records"));
+  for (size_t i = 0; i < n && rc == KILN_OK; i++) {
+    each[i] = import_locked(c, recs[i], kept[i], source);
+    if (each[i] != KILN_OK && each[i] != KILN_EEXISTS && each[i] != KILN_EMISMATCH &&
+        each[i] != KILN_ENOTFOUND)
+      rc = each[i]; /* the index failed */
+  }
+  rc = kiln_txn_end(c, rc, "import records");
+  for (size_t i = 0; i < n && rc != KILN_OK; i++)
+    each[i] = rc; /* rolled back */
+out:
+  return rc;
+}
+
 kiln_status kiln_record_insert(kiln_cache *c, kiln_record *rec) {
   kiln_status each, rc = kiln_records_insert(c, &rec, 1, &each);
   return rc != KILN_OK ? rc : each;

@@ -43,7 +43,12 @@ static const char *schema_sql = RECORDS_TABLE
     " ok INTEGER NOT NULL);"
     "CREATE INDEX IF NOT EXISTS builds_key ON builds(key);"
     /* schema 3: totals of the remote cache's traffic (include/kiln/remote.h) */
-    "CREATE TABLE IF NOT EXISTS remote_stats(name TEXT PRIMARY KEY, value INTEGER NOT NULL);";
+    "CREATE TABLE IF NOT EXISTS remote_stats(name TEXT PRIMARY KEY, value INTEGER NOT NULL);"
+    /* schema 4: reproducibility conflicts met by kiln_cache_import */
+    "CREATE TABLE IF NOT EXISTS conflicts("
+    " key TEXT NOT NULL, unit TEXT NOT NULL, target TEXT NOT NULL, kept TEXT NOT NULL,"
+    " refused TEXT NOT NULL, source TEXT NOT NULL, at INTEGER NOT NULL,"
+    " PRIMARY KEY(key, refused));";
 
 /* The cache directory must be ours and closed to others: anyone who can write
  * it can plant code that every training process will run. */

@@ -53,6 +53,12 @@ kiln_status kiln_blob_write(kiln_cache *c, const char *digest, const void *data,
  * digest: mode 0444, fsync, rename, fsync dir. When a copy is already there
  * the temp file is removed. */
 kiln_status kiln_blob_adopt(kiln_cache *c, const char *digest, const char *tmp_path);
+/* kiln_blob_adopt for many verified temp files at once, durably with two
+ * syncfs() calls (the files, then the renames) instead of an fsync per file
+ * and per folder: the temp files' names are cleared ("") as they are moved
+ * or found already there. */
+kiln_status kiln_blobs_adopt(kiln_cache *c, const char *const *digests, char (*tmps)[KILN_PATH_MAX],
+                             size_t n);
 /* Inserts rec (created/last_used set now, layer 0) while the write lock shows
  * its blob present with rec->size bytes; KILN_ENOTFOUND when it is not (gc
  * removed it meanwhile). Clears a failure record for the key. */
@@ -61,6 +67,14 @@ kiln_status kiln_record_insert(kiln_cache *c, kiln_record *rec);
  * Returns KILN_OK unless the index itself failed (then nothing is stored). */
 kiln_status kiln_records_insert(kiln_cache *c, kiln_record *const *recs, size_t n,
                                 kiln_status *each);
+/* kiln_cache_import's commit, in one write transaction: each record is
+ * stored (each[i] KILN_OK), already there with its digest (KILN_EEXISTS),
+ * there with another digest (KILN_EMISMATCH: kept, and a row of the
+ * conflicts table names source), or its blob is gone (KILN_ENOTFOUND: gc
+ * removed it meanwhile). Returns KILN_OK unless the index failed. */
+kiln_status kiln_records_import(kiln_cache *c, kiln_record *const *recs, size_t n,
+                                kiln_status *each, char (*kept)[65], const char *source);
+
 /* Moves a bad blob of the primary layer into quarantine/ and drops the
  * records that reference it. Without force, a blob that now verifies (a good
  * copy rewritten by another process) stays. */

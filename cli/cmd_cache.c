@@ -1,4 +1,4 @@
-/* kiln cache ls|stats|verify|gc|rm: inspect and maintain the cache. */
+/* kiln cache ls|stats|verify|gc|rm|export|import: inspect, maintain and move the cache. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,7 +8,7 @@
 #include "cli/cli.h"
 
 static const char *usage =
-    "usage: kiln cache <ls|stats|verify|gc|rm> [--cache DIR] [--json] [options]\n"
+    "usage: kiln cache <ls|stats|verify|gc|rm|export|import> [--cache DIR] [--json] [options]\n"
     "\n"
     "  ls                    every record: unit, target, kind, size, digest, layer\n"
     "  stats                 counts and bytes of records, blobs, failures, quarantine,\n"
@@ -19,6 +19,14 @@ static const char *usage =
     "                        SIZE (e.g. 500M, 2G); pinned records are kept\n"
     "  rm KEY|GLOB           remove records by key or by unit name glob\n"
     "  rm --all              remove every record\n"
+    "  export FILE [--arch LIST] [--kernels GLOB]\n"
+    "                        write the records of every layer (or those of the given\n"
+    "                        targets / units) and their blobs, each verified, to FILE:\n"
+    "                        one tar (docs/cache-format.md); '-' is stdout\n"
+    "  import FILE           read such a file ('-': stdin) into the cache: everything is\n"
+    "                        verified first, and a bad file imports nothing (exit 1); a\n"
+    "                        key the cache holds with another digest is kept, named, and\n"
+    "                        counted as a conflict (exit 1); safe to run concurrently\n"
     "\n"
     "  --cache DIR           primary cache directory (default: KILN_CACHE_DIR, else\n"
     "                        $XDG_CACHE_HOME/kiln, else ~/.cache/kiln)\n"
@@ -32,7 +40,8 @@ typedef struct cache_args {
   const char *max_size;
   uint64_t max_bytes;
   int json, all;
-  const char *pattern;
+  const char *pattern; /* rm's KEY|GLOB; export's and import's FILE */
+  const char *arch, *kernels;
 } cache_args;
 
 static int do_ls(kiln_cache *c, const cache_args *a) {
@@ -74,8 +83,12 @@ static int do_stats(kiln_cache *c, const cache_args *a) {
   kiln_cache_stats s;
   kiln_remote_stats r;
   char size[32], down[32], up[32];
+  kiln_cache_conflict *k = NULL;
+  size_t nk = 0;
   kiln_status st = kiln_cache_stats_get(&s, c);
   if (st == KILN_OK) st = kiln_remote_stats_get(&r, c);
+  if (st == KILN_OK) st = kiln_cache_conflicts(&k, &nk, c);
+  free(k);
   if (st != KILN_OK) return cli_error("cache stats", st);
   if (a->json) {
     json_t *o = json_object();
@@ -87,6 +100,7 @@ static int do_stats(kiln_cache *c, const cache_args *a) {
     json_object_set_new(o, "quarantined", json_integer((json_int_t)s.quarantined));
     json_object_set_new(o, "layers", json_integer((json_int_t)s.layers));
     json_object_set_new(o, "layer_records", json_integer((json_int_t)s.layer_records));
+    json_object_set_new(o, "conflicts", json_integer((json_int_t)nk));
     json_object_set_new(o, "remote", remote_json(&r));
     cli_print_json(o);
     return EXIT_OK;
@@ -99,6 +113,8 @@ static int do_stats(kiln_cache *c, const cache_args *a) {
   printf("quarantined:  %llu\n", (unsigned long long)s.quarantined);
   printf("ro layers:    %llu (%llu records)\n", (unsigned long long)s.layers,
          (unsigned long long)s.layer_records);
+  printf("conflicts:    %zu%s\n", nk,
+         nk ? " (keys imported with another digest than the cache's: see kiln doctor)" : "");
   printf("remote:       %llu hits, %llu misses, %llu errors, %llu rejected, %s down; "
          "%llu uploads, %s up; breaker tripped %llu times (totals of every process)\n",
          (unsigned long long)r.hits, (unsigned long long)r.misses, (unsigned long long)r.errors,
@@ -156,8 +172,15 @@ static int check_args(const char *verb, cache_args *a) {
   } else if (a->all) {
     return cli_usage_error("cache", "--all is for 'kiln cache rm'");
   }
-  if (a->pattern && strcmp(verb, "rm") != 0)
+  if ((a->arch || a->kernels) && strcmp(verb, "export") != 0)
+    return cli_usage_error("cache", "--arch and --kernels are for 'kiln cache export'");
+  if (strcmp(verb, "export") == 0 || strcmp(verb, "import") == 0) {
+    if (!a->pattern)
+      return cli_usage_error(verb, "name the archive FILE ('-': std%s)",
+                             verb[0] == 'e' ? "out" : "in");
+  } else if (a->pattern && strcmp(verb, "rm") != 0) {
     return cli_usage_error("cache", "'%s' takes no argument '%s'", verb, a->pattern);
+  }
   return EXIT_OK;
 }
 
@@ -197,16 +220,84 @@ static int do_rm(kiln_cache *c, const cache_args *a) {
   return EXIT_OK;
 }
 
+static int do_export(kiln_cache *c, const cache_args *a) {
+  kiln_cache_export_options o = KILN_CACHE_EXPORT_OPTIONS_INIT;
+  kiln_cache_export_report r;
+  kiln_status st;
+  char size[32];
+  o.arch = a->arch;
+  o.kernels = a->kernels;
+  if ((st = kiln_cache_export(&r, c, a->pattern, &o)) != KILN_OK)
+    return cli_error("cache export", st);
+  if (a->json && strcmp(a->pattern, "-") != 0) {
+    json_t *j = json_object();
+    json_object_set_new(j, "file", json_string(a->pattern));
+    json_object_set_new(j, "records", json_integer((json_int_t)r.records));
+    json_object_set_new(j, "blobs", json_integer((json_int_t)r.blobs));
+    json_object_set_new(j, "bytes", json_integer((json_int_t)r.bytes));
+    cli_print_json(j);
+  } else {
+    fprintf(strcmp(a->pattern, "-") == 0 ? stderr : stdout,
+            "kiln cache export: %llu records, %llu blobs (%s) to %s\n",
+            (unsigned long long)r.records, (unsigned long long)r.blobs,
+            cli_human_size(size, r.bytes), a->pattern);
+  }
+  return EXIT_OK;
+}
+
+static int do_import(kiln_cache *c, const cache_args *a) {
+  kiln_cache_import_report r;
+  kiln_status st;
+  char size[32];
+  if ((st = kiln_cache_import(&r, c, a->pattern)) != KILN_OK) return cli_error("cache import", st);
+  for (size_t i = 0; i < r.n_conflicts; i++)
+    fprintf(stderr,
+            "kiln cache import: CONFLICT %s %s: key %s is in the cache with digest %.16s..., "
+            "the archive has %.16s...: kept the cache's (not reproducible? see kiln doctor)\n",
+            r.conflict[i].unit, r.conflict[i].target, r.conflict[i].key, r.conflict[i].kept,
+            r.conflict[i].refused);
+  if (a->json) {
+    json_t *j = json_object(), *k = json_array();
+    json_object_set_new(j, "file", json_string(a->pattern));
+    json_object_set_new(j, "records", json_integer((json_int_t)r.records));
+    json_object_set_new(j, "added", json_integer((json_int_t)r.added));
+    json_object_set_new(j, "present", json_integer((json_int_t)r.present));
+    json_object_set_new(j, "blobs", json_integer((json_int_t)r.blobs));
+    json_object_set_new(j, "bytes", json_integer((json_int_t)r.bytes));
+    for (size_t i = 0; i < r.n_conflicts; i++) {
+      json_t *o = json_object();
+      json_object_set_new(o, "key", json_string(r.conflict[i].key));
+      json_object_set_new(o, "unit", json_string(r.conflict[i].unit));
+      json_object_set_new(o, "target", json_string(r.conflict[i].target));
+      json_object_set_new(o, "kept", json_string(r.conflict[i].kept));
+      json_object_set_new(o, "refused", json_string(r.conflict[i].refused));
+      json_array_append_new(k, o);
+    }
+    json_object_set_new(j, "conflicts", k);
+    cli_print_json(j);
+  } else {
+    printf("kiln cache import: %llu records (%s): %llu added, %llu already there, %llu "
+           "conflicts\n",
+           (unsigned long long)r.records, cli_human_size(size, r.bytes),
+           (unsigned long long)r.added, (unsigned long long)r.present,
+           (unsigned long long)r.conflicts);
+  }
+  st = r.conflicts ? KILN_EMISMATCH : KILN_OK;
+  kiln_cache_import_report_free(&r);
+  return st == KILN_OK ? EXIT_OK : EXIT_FAIL;
+}
+
 int cmd_cache(int argc, char **argv) {
   static const struct option longs[] = {
       {"cache", required_argument, 0, 'c'},    {"json", no_argument, 0, 'J'},
       {"max-size", required_argument, 0, 'm'}, {"all", no_argument, 0, 'A'},
+      {"arch", required_argument, 0, 'a'},     {"kernels", required_argument, 0, 'k'},
       {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
   static const struct {
     const char *name;
     int (*fn)(kiln_cache *, const cache_args *);
-  } verbs[] = {
-      {"ls", do_ls}, {"stats", do_stats}, {"verify", do_verify}, {"gc", do_gc}, {"rm", do_rm}};
+  } verbs[] = {{"ls", do_ls}, {"stats", do_stats},   {"verify", do_verify}, {"gc", do_gc},
+               {"rm", do_rm}, {"export", do_export}, {"import", do_import}};
   cache_args a = {0};
   const char *verb;
   kiln_cache *c = NULL;
@@ -224,6 +315,8 @@ int cmd_cache(int argc, char **argv) {
     case 'J': a.json = 1; break;
     case 'm': a.max_size = optarg; break;
     case 'A': a.all = 1; break;
+    case 'a': a.arch = optarg; break;
+    case 'k': a.kernels = optarg; break;
     case 'h': fputs(usage, stdout); return EXIT_OK;
     default: return cli_usage_error("cache", "bad option");
     }
@@ -234,10 +327,13 @@ int cmd_cache(int argc, char **argv) {
   for (size_t i = 0; i < sizeof verbs / sizeof *verbs; i++) {
     if (strcmp(verb, verbs[i].name) != 0) continue;
     if ((rc = check_args(verb, &a)) != EXIT_OK) return rc;
-    if ((st = cli_open_cache(&c, a.dir, 0)) != KILN_OK) return cli_error("cache", st);
+    /* import may fill a new cache; the others need one */
+    if ((st = cli_open_cache(&c, a.dir, strcmp(verb, "import") == 0)) != KILN_OK)
+      return cli_error("cache", st);
     rc = verbs[i].fn(c, &a);
     kiln_cache_close(c);
     return rc;
   }
-  return cli_usage_error("cache", "unknown subcommand '%s' (ls, stats, verify, gc, rm)", verb);
+  return cli_usage_error(
+      "cache", "unknown subcommand '%s' (ls, stats, verify, gc, rm, export, import)", verb);
 }

@@ -301,6 +301,32 @@ static void check_leases(doctor_ctx *x) {
                live);
 }
 
+/* Keys imported with another digest than the cache held (kiln cache import). */
+static void check_conflicts(doctor_ctx *x) {
+  kiln_cache_conflict *k = NULL;
+  size_t n = 0;
+  if (!x->cache) {
+    doctor_add(x->r, "conflicts", KILN_DOCTOR_SKIP, NULL, "no cache to read");
+    return;
+  }
+  if (kiln_cache_conflicts(&k, &n, x->cache) != KILN_OK) {
+    doctor_add(x->r, "conflicts", KILN_DOCTOR_WARN, "run `kiln cache verify`",
+               "the conflicts table cannot be read: %s", kiln_last_error());
+    return;
+  }
+  if (n)
+    doctor_add(x->r, "conflicts", KILN_DOCTOR_WARN,
+               "find which build differs (KILN_NVRTC_OPTIONS, kernel sources, NVRTC) and rebuild "
+               "it; `kiln cache stats` counts them",
+               "%zu key(s) arrived by `kiln cache import` with another digest than the cache "
+               "holds (kept the cache's; the last: %s %s from %s): a build that is not "
+               "reproducible, or writers colliding on one name",
+               n, k[n - 1].unit, k[n - 1].target, k[n - 1].source);
+  else
+    doctor_add(x->r, "conflicts", KILN_DOCTOR_PASS, NULL, "no reproducibility conflicts");
+  free(k);
+}
+
 static void check_quarantine(doctor_ctx *x) {
   DIR *d;
   struct dirent *e;
@@ -451,6 +477,7 @@ kiln_status kiln_doctor_run(kiln_doctor_report **out, const kiln_doctor_options 
   check_offline(&x);
   check_leases(&x);
   check_quarantine(&x);
+  check_conflicts(&x);
   doctor_timeouts(x.r);
   check_remote(&x);
   kiln_cache_close(x.cache);

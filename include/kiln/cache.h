@@ -177,6 +177,81 @@ KILN_API kiln_status kiln_cache_gc(kiln_cache_gc_report *out, kiln_cache *cache,
  * are deleted. *removed gets the count. */
 KILN_API kiln_status kiln_cache_rm(uint64_t *removed, kiln_cache *cache, const char *pattern);
 
+/* ---- portable caches: a cache as one file (docs/cache-format.md, "Archives") --
+ * A POSIX tar: a versioned manifest, then the blobs (cas/<digest>), then the
+ * records (ac/<key>, the remote cache's record document). Build logs are not
+ * carried. */
+typedef struct kiln_cache_export_options {
+  int version;         /* KILN_CACHE_EXPORT_OPTIONS_VERSION */
+  const char *arch;    /* only these targets, as `kiln build --arch` ("80,90+ptx"); NULL: all */
+  const char *kernels; /* only the units this shell glob matches; NULL: all */
+} kiln_cache_export_options;
+#define KILN_CACHE_EXPORT_OPTIONS_VERSION 1
+#define KILN_CACHE_EXPORT_OPTIONS_INIT                                                             \
+  { .version = KILN_CACHE_EXPORT_OPTIONS_VERSION, .arch = NULL, .kernels = NULL }
+/* Fills opts as KILN_CACHE_EXPORT_OPTIONS_INIT does, for the given version.
+ * KILN_EINVAL, naming it, for a version this libkiln does not know. */
+KILN_API kiln_status kiln_cache_export_options_init(kiln_cache_export_options *opts, int version);
+
+typedef struct kiln_cache_export_report {
+  uint64_t records; /* written */
+  uint64_t blobs;   /* written (records sharing bytes share a blob) */
+  uint64_t bytes;   /* of the blobs */
+} kiln_cache_export_report;
+
+/* Writes the records of every layer that match opts (NULL: all; the primary's
+ * record wins for a key in several layers) with their blobs, each blob
+ * verified as it is read, to path: written to a temp file beside it and
+ * renamed, so path is the whole archive or untouched (it is not fsync'ed,
+ * as tar's is not: run sync before a power loss could cut it; import refuses
+ * a cut archive). "-" writes to stdout.
+ * KILN_ENOTFOUND when nothing matches. */
+KILN_API kiln_status kiln_cache_export(kiln_cache_export_report *out, kiln_cache *cache,
+                                       const char *path, const kiln_cache_export_options *opts);
+
+/* A key the cache already held with another digest: the archive's record was
+ * refused, and the cache's kept (a build that is not reproducible, or a
+ * collision of writers). */
+typedef struct kiln_cache_conflict {
+  char key[65];
+  char unit[64];
+  char target[16];
+  char kept[65];    /* the cache's digest */
+  char refused[65]; /* the other one */
+  char source[256]; /* where the other came from: the archive's path */
+  int64_t at;       /* unix seconds */
+} kiln_cache_conflict;
+
+typedef struct kiln_cache_import_report {
+  uint64_t records;              /* in the archive */
+  uint64_t added;                /* stored */
+  uint64_t present;              /* there already, with the same digest */
+  uint64_t conflicts;            /* there already, with another digest: kept, and listed below */
+  uint64_t blobs;                /* in the archive, each verified */
+  uint64_t bytes;                /* of those blobs */
+  size_t n_conflicts;            /* = conflicts */
+  kiln_cache_conflict *conflict; /* freed with kiln_cache_import_report_free */
+} kiln_cache_import_report;
+
+/* Reads the archive at path ("-": stdin) into the primary layer. Everything
+ * is read and verified before anything is stored (each blob against its
+ * digest, each record against its schema, key, blob and size): an archive
+ * that fails anywhere (a flipped byte, truncated, a member that does not
+ * belong) is KILN_ECORRUPT naming it, and nothing is imported. An archive of
+ * a newer format version is KILN_EUNSUPPORTED; an older one is migrated.
+ * Idempotent, and safe with other importers, builds and gc on the same cache.
+ * A key already present with another digest is never overwritten: it is
+ * counted, listed in the report and recorded in the index (kiln_cache_conflicts),
+ * and the import still returns KILN_OK for the rest. */
+KILN_API kiln_status kiln_cache_import(kiln_cache_import_report *out, kiln_cache *cache,
+                                       const char *path);
+/* Frees what kiln_cache_import put in *r (not r itself). NULL is fine. */
+KILN_API void kiln_cache_import_report_free(kiln_cache_import_report *r);
+
+/* Every reproducibility conflict recorded in the primary layer (oldest
+ * first); *out freed with free(). */
+KILN_API kiln_status kiln_cache_conflicts(kiln_cache_conflict **out, size_t *n, kiln_cache *cache);
+
 #ifdef __cplusplus
 }
 #endif

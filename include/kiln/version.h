@@ -10,7 +10,7 @@
 #define KILN_VERSION_STRING "0.2.0"
 
 /* Schema of index.sqlite (PRAGMA user_version). Bumped on incompatible change. */
-#define KILN_CACHE_SCHEMA_VERSION 3
+#define KILN_CACHE_SCHEMA_VERSION 4
 
 #ifdef __cplusplus
 extern "C" {

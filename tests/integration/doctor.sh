@@ -40,7 +40,7 @@ KILN_CUDA_LIBRARY=$NODRV expect_exit 0 kiln doctor --cache "$F" --json
 golden doctor_nogpu.json
 expect_eq "$(json "$OUT" 'd["schema"]')" kiln-doctor/1 schema
 expect_eq "$(json "$OUT" '[c["id"] for c in d["checks"]]')" \
-  '["env", "cache_dir", "disk_space", "driver", "nvrtc", "driver_artifacts", "offline", "leases", "quarantine", "timeouts", "remote"]' "check ids"
+  '["env", "cache_dir", "disk_space", "driver", "nvrtc", "driver_artifacts", "offline", "leases", "quarantine", "conflicts", "timeouts", "remote"]' "check ids"
 expect_eq "$(status driver)" SKIP driver
 expect_eq "$(status remote)" SKIP remote
 KILN_CUDA_LIBRARY=$NODRV expect_exit 0 kiln doctor --cache "$F"
