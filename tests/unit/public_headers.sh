@@ -14,8 +14,8 @@ for h in "$inc"/kiln/*.h; do
   {
     echo "#include \"kiln/$name.h\""
     # each KILN_X_OPTIONS_INIT of this header, expanded into its struct
-    { grep -oE '^#define KILN_[A-Z]+_OPTIONS_INIT' "$h" || true; } | awk '{print $2}' | while read -r m; do
-      t=$(echo "$m" | sed -E 's/^KILN_([A-Z]+)_OPTIONS_INIT$/\1/' | tr 'A-Z' 'a-z')
+    { grep -oE '^#define KILN_[A-Z_]+_OPTIONS_INIT' "$h" || true; } | awk '{print $2}' | while read -r m; do
+      t=$(echo "$m" | sed -E 's/^KILN_([A-Z_]+)_OPTIONS_INIT$/\1/' | tr 'A-Z' 'a-z')
       echo "kiln_${t}_options use_${t}(void);"
       echo "kiln_${t}_options use_${t}(void) { kiln_${t}_options o = $m; return o; }"
     done

@@ -48,6 +48,8 @@ static void test_every_options_init(void **state) {
              KILN_COORD_OPTIONS_INIT);
   CHECK_INIT(kiln_doctor_options, kiln_doctor_options_init, KILN_DOCTOR_OPTIONS_VERSION,
              KILN_DOCTOR_OPTIONS_INIT);
+  CHECK_INIT(kiln_cache_export_options, kiln_cache_export_options_init,
+             KILN_CACHE_EXPORT_OPTIONS_VERSION, KILN_CACHE_EXPORT_OPTIONS_INIT);
 }
 
 /* The one sentinel: every environment-backed field of every _INIT is
@@ -118,6 +120,15 @@ static void test_future_versions_are_refused_where_used(void **state) {
   lo.version = KILN_LOADER_OPTIONS_VERSION + 1;
   assert_int_equal(kiln_loader_open(&l, &lo), KILN_EINVAL);
   assert_non_null(strstr(kiln_last_error(), "kiln_loader_options"));
+  {
+    kiln_cache_export_options eo = KILN_CACHE_EXPORT_OPTIONS_INIT;
+    kiln_cache_export_report er;
+    char path[300];
+    snprintf(path, sizeof path, "%s/x.tar", dir);
+    eo.version = KILN_CACHE_EXPORT_OPTIONS_VERSION + 1;
+    assert_int_equal(kiln_cache_export(&er, cache, path, &eo), KILN_EINVAL);
+    assert_non_null(strstr(kiln_last_error(), "kiln_cache_export_options"));
+  }
   /* an explicit value out of range is refused, naming the field */
   bo.version = KILN_BUILD_OPTIONS_VERSION;
   bo.jobs = 0;
