@@ -92,8 +92,7 @@ struct kiln_remote {
   kiln_http *http;
   char url[2048];
   int upload, tls;
-  int collections; /* 1 once this process made its collections (MKCOL, remote_upload.c) */
-  uint8_t *key;    /* HMAC key, or NULL */
+  uint8_t *key; /* HMAC key, or NULL */
   size_t key_len;
 };
 

@@ -4,11 +4,13 @@
  * Until this process has seen its collections exist, the first PUT of a
  * round goes alone: a WebDAV server without them answers 409 Conflict (RFC
  * 4918) or, like nginx without create_full_put_path, 500; kiln then makes them
- * with MKCOL (parents first) and sends the round. */
-#include <stdio.h>  /* snprintf */
-#include <stdlib.h> /* calloc, free */
-#include <string.h> /* memset */
-#include <unistd.h> /* getpid */
+ * with MKCOL (parents first; each once per process, remembered in a table
+ * every thread shares) and sends the round: the failed PUT is retried once. */
+#include <pthread.h> /* the table of known collections */
+#include <stdio.h>   /* snprintf */
+#include <stdlib.h>  /* calloc, free */
+#include <string.h>  /* memset */
+#include <unistd.h>  /* getpid */
 
 #include "cache/remote.h"
 #include "cache/store.h"
@@ -89,47 +91,134 @@ static int base_depth(const char *url) {
   return depth;
 }
 
-/* MKCOL, parents first: the base URL's own collections (a relative "../"
- * reaches a parent: libcurl removes dot segments), then ac/ and cas/ in it.
- * 201 made, 405 there already (RFC 4918). KILN_OK when all exist; else the
- * first failure, with the request's one-line error. */
-static kiln_status make_collections(struct kiln_remote *r, kiln_remote_stats *d) {
-  kiln_http_req reqs[KILN_REMOTE_MAX_DEPTH + 2];
-  int depth = base_depth(r->url), n = 0;
-  kiln_status rc = KILN_OK;
-  if (depth > KILN_REMOTE_MAX_DEPTH) depth = KILN_REMOTE_MAX_DEPTH; /* deeper ones must exist */
-  memset(reqs, 0, sizeof reqs);
-  for (int up = depth - 1; up >= 0; up--, n++) { /* "../../", "../", "" */
-    size_t len = 0;
-    for (int k = 0; k < up; k++)
-      len += (size_t)snprintf(reqs[n].path + len, sizeof reqs[n].path - len, "../");
+/* Collections this process has seen exist (201 made, 405 there already), by
+ * absolute URL. One table for every cache handle and thread, guarded by a
+ * mutex, so each collection is made once per process; a full table forgets
+ * its oldest entry (that collection is then MKCOLed again: a 405, harmless). */
+#define KILN_REMOTE_KNOWN_MAX 64
+#define KILN_REMOTE_KNOWN_LEN 2304 /* a base URL (2048) and a path (160), with room */
+static pthread_mutex_t known_mu = PTHREAD_MUTEX_INITIALIZER;
+static char known_urls[KILN_REMOTE_KNOWN_MAX][KILN_REMOTE_KNOWN_LEN];
+static size_t known_n, known_next;
+
+static int known_has(const char *url) {
+  int hit = 0;
+  pthread_mutex_lock(&known_mu);
+  for (size_t i = 0; i < known_n && !hit; i++)
+    hit = strcmp(known_urls[i], url) == 0;
+  pthread_mutex_unlock(&known_mu);
+  return hit;
+}
+
+static void known_add(const char *url) {
+  pthread_mutex_lock(&known_mu);
+  int hit = 0;
+  for (size_t i = 0; i < known_n && !hit; i++)
+    hit = strcmp(known_urls[i], url) == 0;
+  if (!hit) {
+    snprintf(known_urls[known_next], KILN_REMOTE_KNOWN_LEN, "%s", url);
+    known_next = (known_next + 1) % KILN_REMOTE_KNOWN_MAX;
+    if (known_n < KILN_REMOTE_KNOWN_MAX) known_n++;
   }
-  snprintf(reqs[n++].path, sizeof reqs[0].path, "ac/");
-  snprintf(reqs[n++].path, sizeof reqs[0].path, "cas/");
+  pthread_mutex_unlock(&known_mu);
+}
+
+/* The absolute URL of the collection at rel ("../../", "", "ac/") under base:
+ * each "../" drops base's last path component, as libcurl's dot-segment
+ * removal does. */
+static void collection_url(char *out, size_t cap, const char *base, const char *rel) {
+  size_t len = strlen(base);
+  while (strncmp(rel, "../", 3) == 0) {
+    rel += 3;
+    while (len > 0 && base[len - 1] != '/')
+      len--;
+    if (len > 0) len--;
+  }
+  snprintf(out, cap, "%.*s/%s", (int)len, base, rel);
+}
+
+/* The collections an upload needs, parents first: the base URL's own path
+ * ("../" reaches a parent), then ac/ and cas/ in it. Returns how many, and in
+ * *n_base how many of them are the base path's. */
+#define KILN_REMOTE_REL_LEN (3 * KILN_REMOTE_MAX_DEPTH + 1)
+static int collection_paths(char paths[][KILN_REMOTE_REL_LEN], const char *url, int *n_base) {
+  int depth = base_depth(url), n = 0;
+  if (depth > KILN_REMOTE_MAX_DEPTH) depth = KILN_REMOTE_MAX_DEPTH; /* deeper ones must exist */
+  for (int up = depth - 1; up >= 0; up--, n++) {                    /* "../../", "../", "" */
+    size_t len = 0;
+    paths[n][0] = '\0';
+    for (int k = 0; k < up; k++)
+      len += (size_t)snprintf(paths[n] + len, KILN_REMOTE_REL_LEN - len, "../");
+  }
+  *n_base = n;
+  snprintf(paths[n++], KILN_REMOTE_REL_LEN, "ac/");
+  snprintf(paths[n++], KILN_REMOTE_REL_LEN, "cas/");
+  return n;
+}
+
+/* 1 when this process has seen every collection r's uploads need. */
+static int collections_known(const struct kiln_remote *r) {
+  char paths[KILN_REMOTE_MAX_DEPTH + 2][KILN_REMOTE_REL_LEN], url[KILN_REMOTE_KNOWN_LEN];
+  int n_base, n = collection_paths(paths, r->url, &n_base);
   for (int i = 0; i < n; i++) {
-    reqs[i].method = KILN_HTTP_MKCOL;
-    reqs[i].out_fd = -1;
-    reqs[i].max_bytes = KILN_REMOTE_RECORD_MAX;
+    collection_url(url, sizeof url, r->url, paths[i]);
+    if (!known_has(url)) return 0;
+  }
+  return 1;
+}
+
+/* A PUT at path ("ac/..." or "cas/...") landed: its collection and the base
+ * path's exist. */
+static void collections_seen(const struct kiln_remote *r, const char *path) {
+  char paths[KILN_REMOTE_MAX_DEPTH + 2][KILN_REMOTE_REL_LEN], url[KILN_REMOTE_KNOWN_LEN];
+  int n_base, n = collection_paths(paths, r->url, &n_base);
+  for (int i = 0; i < n; i++) {
+    if (i >= n_base && strncmp(path, paths[i], strlen(paths[i])) != 0) continue;
+    collection_url(url, sizeof url, r->url, paths[i]);
+    known_add(url);
+  }
+}
+
+/* MKCOL, parents first, of the collections not known to exist (201 made, 405
+ * there already: RFC 4918), each remembered once it does. KILN_OK when all
+ * exist; else the first failure, with the request's one-line error. */
+static kiln_status make_collections(struct kiln_remote *r, kiln_remote_stats *d) {
+  char paths[KILN_REMOTE_MAX_DEPTH + 2][KILN_REMOTE_REL_LEN], url[KILN_REMOTE_KNOWN_LEN];
+  kiln_http_req reqs[KILN_REMOTE_MAX_DEPTH + 2];
+  int n_base, all = collection_paths(paths, r->url, &n_base), n = 0, n_parents = 0;
+  kiln_status rc = KILN_OK;
+  memset(reqs, 0, sizeof reqs);
+  for (int i = 0; i < all; i++) {
+    collection_url(url, sizeof url, r->url, paths[i]);
+    if (known_has(url)) continue;
+    snprintf(reqs[n].path, sizeof reqs[n].path, "%.*s", KILN_REMOTE_REL_LEN - 1, paths[i]);
+    reqs[n].method = KILN_HTTP_MKCOL;
+    reqs[n].out_fd = -1;
+    reqs[n].max_bytes = KILN_REMOTE_RECORD_MAX;
+    if (i < n_base) n_parents++;
+    n++;
   }
   /* one at a time down the base path, then ac/ and cas/ together */
   for (int lo = 0; lo < n && rc == KILN_OK;) {
-    int hi = lo < n - 2 ? lo + 1 : n;
+    int hi = lo < n_parents ? lo + 1 : n;
     kiln_http_run(r->http, reqs + lo, (size_t)(hi - lo));
-    for (int i = lo; i < hi && rc == KILN_OK; i++) {
+    for (int i = lo; i < hi; i++) {
       d->bytes_down += reqs[i].bytes_down;
       d->bytes_up += reqs[i].bytes_up;
-      if (reqs[i].rc != KILN_OK && reqs[i].status != 405)
+      if (reqs[i].rc == KILN_OK || reqs[i].status == 405) {
+        collection_url(url, sizeof url, r->url, reqs[i].path);
+        known_add(url);
+      } else if (rc == KILN_OK) {
         rc =
             kiln_fail(reqs[i].rc == KILN_OK ? KILN_EREMOTE : reqs[i].rc,
                       "remote cache %s: making its collections (MKCOL): %s", r->url, reqs[i].error);
+      }
     }
     lo = hi;
   }
   kiln_http_reqs_reset(reqs, (size_t)n);
-  if (rc == KILN_OK) {
-    r->collections = 1;
+  if (rc == KILN_OK && n)
     kiln_log(KILN_LOG_INFO, "remote cache %s: made its collections ac/ and cas/ (MKCOL)", r->url);
-  }
   return rc;
 }
 
@@ -149,7 +238,7 @@ static void pilot(struct kiln_remote *r, up_item *u, size_t n, kiln_http_req *q,
     u[k].piloted = 0;
   while (i < n && u[i].state != 0)
     i++;
-  if (r->collections || round == UP_HEAD_RECORD || i == n) return;
+  if (round == UP_HEAD_RECORD || i == n || collections_known(r)) return;
   kiln_http_reqs_reset(q, 1);
   q->out_fd = -1;
   q->max_bytes = KILN_REMOTE_RECORD_MAX;
@@ -157,9 +246,10 @@ static void pilot(struct kiln_remote *r, up_item *u, size_t n, kiln_http_req *q,
   kiln_http_run(r->http, q, 1);
   d->bytes_down += q->bytes_down;
   d->bytes_up += q->bytes_up;
-  if (q->rc == KILN_OK)
+  if (q->rc == KILN_OK) {
     u[i].piloted = 1;
-  else if (missing_collection(q) && make_collections(r, d) != KILN_OK)
+    collections_seen(r, q->path); /* a server that makes them itself: no more pilots */
+  } else if (missing_collection(q) && make_collections(r, d) != KILN_OK)
     kiln_log(KILN_LOG_WARN, "%s", kiln_last_error()); /* the round's PUTs will say what fails */
   kiln_http_reqs_reset(q, 1);
 }
@@ -234,7 +324,7 @@ out:
 /* One request; a missing collection's answer is met by making them, once. */
 static kiln_status probe_request(struct kiln_remote *r, kiln_http_req *q, kiln_remote_stats *d) {
   kiln_http_run(r->http, q, 1);
-  if (missing_collection(q) && !r->collections) {
+  if (missing_collection(q) && !collections_known(r)) {
     kiln_status mk = make_collections(r, d);
     if (mk != KILN_OK) return mk;
     kiln_http_reqs_reset(q, 1);
@@ -255,6 +345,10 @@ kiln_status kiln_remote_probe_upload(kiln_cache *c) {
   memset(&q, 0, sizeof q);
   memset(&d, 0, sizeof d);
   kiln_host_name(host, sizeof host);
+  for (char *h = host; *h; h++) /* the object's name goes into a URL as is */
+    if (!((*h >= 'a' && *h <= 'z') || (*h >= 'A' && *h <= 'Z') || (*h >= '0' && *h <= '9') ||
+          *h == '.' || *h == '-'))
+      *h = '-';
   q.method = KILN_HTTP_PUT;
   q.out_fd = -1;
   q.body = body;
