@@ -385,7 +385,7 @@ static void check_offline(doctor_ctx *x) {
 
 static void check_remote(doctor_ctx *x) {
   kiln_remote_check_result res;
-  char extra[128];
+  char extra[160];
   if (!x->cache && kiln_param_remote_url()) {
     doctor_add(x->r, "remote", KILN_DOCTOR_SKIP, NULL,
                "remote %s not checked: no cache open here (see cache_dir)",
@@ -406,7 +406,7 @@ static void check_remote(doctor_ctx *x) {
   kiln_remote_check(&res, x->cache);
   snprintf(extra, sizeof extra, "records %s, upload %s",
            res.signing ? "signature-checked (KILN_REMOTE_HMAC_KEY_FILE)" : "not signed",
-           res.upload ? "on" : "off");
+           res.upload ? "on" : "off (read-only use; KILN_REMOTE_UPLOAD=1 checks an upload lands)");
   if (!res.reachable)
     doctor_add(x->r, "remote", KILN_DOCTOR_FAIL,
                "check KILN_REMOTE_URL and that the server is up (KILN_REMOTE_CONNECT_TIMEOUT)",
