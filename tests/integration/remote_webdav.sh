@@ -2,10 +2,12 @@
 # The remote cache on a plain RFC 4918 WebDAV server: nginx without
 # `create_full_put_path` (nginx_dav.sh --strict-dav) and an empty document
 # root, so every PUT under a missing collection answers 409 Conflict. kiln
-# makes the collections with MKCOL (the base path, ac/, cas/; once per
+# makes the collections with MKCOL (the base path, ac/, cas/; each once per
 # process), sends the PUTs again, and never counts a 409 towards the breaker.
 # A fresh cache then fetches everything with 0 builds, and `kiln doctor` says
-# uploads can land.
+# uploads can land (and, with uploads off, that it is used read-only). A base
+# at the server's root needs only ac/ and cas/; a server that makes folders
+# itself (create_full_put_path) gets no MKCOL and no PUT twice.
 . "$(dirname "$0")/lib.sh" "$@"
 . "$(dirname "$0")/remote_lib.sh"
 
@@ -44,6 +46,25 @@ ro=$(serve ro --readonly)
 KILN_CACHE_DIR=$T/B KILN_REMOTE_URL=$ro KILN_REMOTE_UPLOAD=1 kiln doctor --json >"$OUT" 2>"$ERR" || true
 expect_eq "$(json "$OUT" '[c["status"] for c in d["checks"] if c["id"] == "remote"][0]')" FAIL "doctor's remote check on a read-only server"
 expect_true "doctor says uploads cannot land" grep -q "uploads cannot land" "$OUT"
+
+log "kiln doctor with uploads off says the remote is used read-only"
+KILN_CACHE_DIR=$T/B KILN_REMOTE_URL=$base expect_exit 0 kiln doctor --json
+expect_eq "$(json "$OUT" '[c["status"] for c in d["checks"] if c["id"] == "remote"][0]')" PASS "doctor's remote check, uploads off"
+expect_true "doctor says uploads are off" grep -q "upload off (read-only use" "$OUT"
+
+log "a base URL at the server's root: MKCOL of ac/ and cas/ only"
+url2=$(serve dav2 --strict-dav)
+expect_exit 0 kiln build --arch 90 --kernels 'scaled_*' --cache "$T/A" --remote "$url2" --upload --json
+expect_eq "$(json "$OUT" 'd["uploaded"]')" "$built" "records uploaded to the server's root"
+expect_eq "$(grep -c '"MKCOL ' "$T/dav2/logs/access.log")" 2 "MKCOLs sent: ac/ and cas/"
+expect_eq "$(find "$T/dav2/root/cas" -type f | wc -l)" "$built" "blobs at the server's root"
+
+log "a server that makes folders itself (create_full_put_path): no MKCOL, no PUT sent twice"
+plain=$(serve plain)
+expect_exit 0 kiln build --arch 90 --kernels 'scaled_*' --cache "$T/A" --remote "$plain/team/kiln" --upload --json
+expect_eq "$(json "$OUT" 'd["uploaded"]')" "$built" "records uploaded"
+expect_eq "$(grep -c '"MKCOL ' "$T/plain/logs/access.log")" 0 "MKCOLs sent"
+expect_eq "$(grep -c '"PUT ' "$T/plain/logs/access.log")" "$((2 * built))" "PUTs sent (a blob and a record each)"
 
 log "a 409 never counts towards the breaker (a server that answers every PUT 409, and has no MKCOL)"
 c409=$(fault_serve c409 409)
