@@ -25,8 +25,12 @@ enum {
   H_PREFIX = 345
 };
 
-static kiln_status write_all(kiln_tar_writer *w, const void *data, size_t len) {
+static kiln_status write_all(kiln_tar_writer *w, const void *data, size_t len, int sum) {
   const unsigned char *p = data;
+  if (sum && w->sum && len) {
+    kiln_status rc = kiln_sha256_update(w->sum, data, len);
+    if (rc != KILN_OK) return rc;
+  }
   while (len) {
     ssize_t n = write(w->fd, p, len);
     if (n < 0 && errno == EINTR) continue;
@@ -55,15 +59,13 @@ static void octal_field(unsigned char *f, int width, unsigned long long v) {
   f[width - 1] = '\0';
 }
 
-kiln_status kiln_tar_write(kiln_tar_writer *w, const char *name, const void *data, size_t len,
-                           int64_t mtime) {
-  static const unsigned char zeros[KILN_TAR_BLOCK];
-  unsigned char h[KILN_TAR_BLOCK];
+/* The header of a member of len bytes into h. */
+static kiln_status make_header(unsigned char h[KILN_TAR_BLOCK], const char *name, size_t len,
+                               int64_t mtime) {
   size_t nlen = strlen(name);
-  kiln_status rc;
   if (!nlen || nlen > KILN_TAR_NAME_MAX || (uint64_t)len > KILN_TAR_SIZE_MAX)
     return kiln_fail(KILN_EINVAL, "archive member '%s' (%zu bytes) does not fit ustar", name, len);
-  memset(h, 0, sizeof h);
+  memset(h, 0, KILN_TAR_BLOCK);
   memcpy(h + H_NAME, name, nlen);
   octal_field(h + H_MODE, 8, 0444);
   octal_field(h + H_UID, 8, 0);
@@ -77,16 +79,41 @@ kiln_status kiln_tar_write(kiln_tar_writer *w, const char *name, const void *dat
   memcpy(h + H_GNAME, "kiln", 4);
   octal_field(h + H_CHKSUM, 7, checksum(h)); /* six digits, NUL, then a space */
   h[H_CHKSUM + 7] = ' ';
-  KILN_CHECK(write_all(w, h, sizeof h));
-  if (len) KILN_CHECK(write_all(w, data, len));
-  if (len % KILN_TAR_BLOCK) KILN_CHECK(write_all(w, zeros, KILN_TAR_BLOCK - len % KILN_TAR_BLOCK));
+  return KILN_OK;
+}
+
+static const unsigned char zeros[2 * KILN_TAR_BLOCK];
+
+kiln_status kiln_tar_write(kiln_tar_writer *w, const char *name, const void *data, size_t len,
+                           int64_t mtime, int sum_data) {
+  unsigned char h[KILN_TAR_BLOCK];
+  kiln_status rc;
+  KILN_CHECK(make_header(h, name, len, mtime));
+  KILN_CHECK(write_all(w, h, sizeof h, 1));
+  if (len) KILN_CHECK(write_all(w, data, len, sum_data));
+  if (len % KILN_TAR_BLOCK)
+    KILN_CHECK(write_all(w, zeros, KILN_TAR_BLOCK - len % KILN_TAR_BLOCK, 1));
+out:
+  return rc;
+}
+
+kiln_status kiln_tar_write_sum(kiln_tar_writer *w, const char *name, int64_t mtime) {
+  unsigned char h[KILN_TAR_BLOCK];
+  char hex[66];
+  kiln_status rc;
+  if (!w->sum) return kiln_fail(KILN_EINVAL, "kiln_tar_write_sum: the writer keeps no sum");
+  KILN_CHECK(make_header(h, name, 65, mtime));
+  KILN_CHECK(write_all(w, h, sizeof h, 1));
+  KILN_CHECK(kiln_sha256_final_hex(w->sum, hex));
+  hex[64] = '\n';
+  KILN_CHECK(write_all(w, hex, 65, 0));
+  rc = write_all(w, zeros, KILN_TAR_BLOCK - 65, 0);
 out:
   return rc;
 }
 
 kiln_status kiln_tar_write_end(kiln_tar_writer *w) {
-  static const unsigned char zeros[2 * KILN_TAR_BLOCK];
-  return write_all(w, zeros, sizeof zeros);
+  return write_all(w, zeros, sizeof zeros, 0);
 }
 
 /* An octal field: digits, then NUL or spaces. 0 when it is not one. */
@@ -135,9 +162,10 @@ kiln_status kiln_tar_parse_header(const unsigned char b[KILN_TAR_BLOCK],
   return KILN_OK;
 }
 
-/* Exactly len bytes, or KILN_ECORRUPT "truncated". */
-static kiln_status read_all(kiln_tar_reader *r, void *buf, size_t len) {
+/* Exactly len bytes, or KILN_ECORRUPT "truncated"; added to the sum when sum. */
+static kiln_status read_all(kiln_tar_reader *r, void *buf, size_t len, int sum) {
   unsigned char *p = buf;
+  size_t want = len;
   while (len) {
     ssize_t n = read(r->fd, p, len);
     if (n < 0 && errno == EINTR) continue;
@@ -149,18 +177,28 @@ static kiln_status read_all(kiln_tar_reader *r, void *buf, size_t len) {
     len -= (size_t)n;
     r->offset += (uint64_t)n;
   }
-  return KILN_OK;
+  return sum && r->sum ? kiln_sha256_update(r->sum, buf, want) : KILN_OK;
 }
 
-/* Skips n bytes of the stream. */
-static kiln_status skip(kiln_tar_reader *r, uint64_t n) {
+/* Skips the rest of the member's data, then its padding, which must be zeros. */
+static kiln_status skip(kiln_tar_reader *r) {
   unsigned char buf[16384];
   kiln_status rc = KILN_OK;
-  while (n && rc == KILN_OK) {
-    size_t k = n < sizeof buf ? (size_t)n : sizeof buf;
-    rc = read_all(r, buf, k);
-    n -= k;
+  while (r->left && rc == KILN_OK) {
+    size_t k = r->left < sizeof buf ? (size_t)r->left : sizeof buf;
+    rc = read_all(r, buf, k, r->sum_data);
+    r->left -= k;
   }
+  if (rc == KILN_OK && r->padding) {
+    uint64_t at = r->offset;
+    KILN_CHECK(read_all(r, buf, (size_t)r->padding, 1));
+    for (size_t i = 0; i < r->padding; i++)
+      if (buf[i])
+        return kiln_fail(KILN_ECORRUPT, "%s: at byte %llu: padding that is not zeros", r->what,
+                         (unsigned long long)(at + i));
+    r->padding = 0;
+  }
+out:
   return rc;
 }
 
@@ -171,10 +209,10 @@ kiln_status kiln_tar_next(kiln_tar_reader *r, char name[KILN_TAR_NAME_MAX + 1], 
   kiln_status rc;
   int zero = 0;
   *end = 0;
-  KILN_CHECK(skip(r, r->left + r->padding));
-  r->left = r->padding = 0;
+  KILN_CHECK(skip(r));
+  r->sum_data = 1;
   at = r->offset;
-  KILN_CHECK(read_all(r, b, sizeof b));
+  KILN_CHECK(read_all(r, b, sizeof b, 1));
   rc = kiln_tar_parse_header(b, name, size, &zero);
   if (rc != KILN_OK) {
     char why[512];
@@ -182,7 +220,7 @@ kiln_status kiln_tar_next(kiln_tar_reader *r, char name[KILN_TAR_NAME_MAX + 1], 
     return kiln_fail(KILN_ECORRUPT, "%s: at byte %llu: %s", r->what, (unsigned long long)at, why);
   }
   if (zero) { /* the end: a second zero block must follow */
-    KILN_CHECK(read_all(r, b, sizeof b));
+    KILN_CHECK(read_all(r, b, sizeof b, 1));
     rc = kiln_tar_parse_header(b, name, size, &zero);
     if (rc != KILN_OK || !zero)
       return kiln_fail(KILN_ECORRUPT, "%s: at byte %llu: one zero block, then more data", r->what,
@@ -201,7 +239,7 @@ kiln_status kiln_tar_read(kiln_tar_reader *r, void *buf, size_t cap, size_t *got
   kiln_status rc = KILN_OK;
   *got = 0;
   if (n) {
-    KILN_CHECK(read_all(r, buf, n));
+    KILN_CHECK(read_all(r, buf, n, r->sum_data));
     r->left -= n;
     *got = n;
   }

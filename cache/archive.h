@@ -9,31 +9,42 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/digest.h"
 #include "kiln/status.h"
 
 #define KILN_TAR_BLOCK 512
 #define KILN_TAR_NAME_MAX 100          /* ustar's name field; kiln writes no prefix */
 #define KILN_TAR_SIZE_MAX (1ULL << 30) /* the largest member: a record says at most 1 GiB */
 
-/* A stream being written: fd, and the bytes written so far. */
+/* A stream being written: fd, the bytes written so far, and (when sum is not
+ * NULL) a running SHA-256 of every byte written except the data of members
+ * written with sum_data 0 (blobs: their names are their digests). */
 typedef struct kiln_tar_writer {
   int fd;
   uint64_t offset;
+  kiln_sha256 *sum;
 } kiln_tar_writer;
 
 /* One regular file (mode 0444, owner 0, the given mtime): header, data, padding. */
 kiln_status kiln_tar_write(kiln_tar_writer *w, const char *name, const void *data, size_t len,
-                           int64_t mtime);
+                           int64_t mtime, int sum_data);
+/* The member `name` whose data is the running sum of everything before its
+ * data (its own header included), as 64 hex digits and a newline. */
+kiln_status kiln_tar_write_sum(kiln_tar_writer *w, const char *name, int64_t mtime);
 /* The end of the archive: two zero blocks. */
 kiln_status kiln_tar_write_end(kiln_tar_writer *w);
 
-/* A stream being read. `what` names it in errors (the archive's path). */
+/* A stream being read. `what` names it in errors (the archive's path). With
+ * sum, every byte read is added to it, except a member's data while sum_data
+ * is 0 (the caller sets it after kiln_tar_next; it starts at 1). */
 typedef struct kiln_tar_reader {
   int fd;
   uint64_t offset;  /* bytes consumed */
   uint64_t left;    /* of the current member's data */
-  uint64_t padding; /* after it */
+  uint64_t padding; /* after it: must be zeros */
   const char *what;
+  kiln_sha256 *sum;
+  int sum_data;
 } kiln_tar_reader;
 
 /* The next member: *end = 1 at the end of the archive (a zero block, then

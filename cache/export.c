@@ -72,7 +72,7 @@ static kiln_status write_manifest(kiln_tar_writer *w, size_t records, size_t blo
   text = json_dumps(m, JSON_SORT_KEYS | JSON_INDENT(2));
   json_decref(m);
   if (!text) return kiln_fail(KILN_ENOMEM, "out of memory");
-  rc = kiln_tar_write(w, KILN_ARCHIVE_MANIFEST, text, strlen(text), now);
+  rc = kiln_tar_write(w, KILN_ARCHIVE_MANIFEST, text, strlen(text), now, 1);
   free(text);
   return rc;
 }
@@ -120,7 +120,7 @@ static kiln_status write_blobs(kiln_tar_writer *w, kiln_cache *c, const kiln_rec
       char name[KILN_TAR_NAME_MAX + 1];
       if (rc == KILN_OK && rcs[i] != KILN_OK) rc = kiln_fail(rcs[i], "%s", why[i]);
       snprintf(name, sizeof name, "cas/%s", blobs[lo + i].digest);
-      if (rc == KILN_OK) rc = kiln_tar_write(w, name, data[i], len[i], now);
+      if (rc == KILN_OK) rc = kiln_tar_write(w, name, data[i], len[i], now, 0);
       free(data[i]);
     }
     lo = hi;
@@ -153,11 +153,12 @@ static kiln_status write_members(kiln_tar_writer *w, kiln_cache *c, kiln_record 
     recs[i].log_digest[0] = '\0'; /* build logs stay behind */
     KILN_CHECK(kiln_remote_record_encode(&recs[i], NULL, 0, &doc, &len));
     snprintf(name, sizeof name, "ac/%s", recs[i].key);
-    rc = kiln_tar_write(w, name, doc, len, now);
+    rc = kiln_tar_write(w, name, doc, len, now, 1);
     free(doc);
     if (rc != KILN_OK) goto out;
     rep->records++;
   }
+  KILN_CHECK(kiln_tar_write_sum(w, KILN_ARCHIVE_SUM, now));
   rc = kiln_tar_write_end(w);
 out:
   free(by_blob);
@@ -167,7 +168,7 @@ out:
 KILN_API kiln_status kiln_cache_export(kiln_cache_export_report *out, kiln_cache *c,
                                        const char *path, const kiln_cache_export_options *opts) {
   kiln_cache_export_options o = KILN_CACHE_EXPORT_OPTIONS_INIT;
-  kiln_tar_writer w = {-1, 0};
+  kiln_tar_writer w = {-1, 0, NULL};
   kiln_record *recs = NULL;
   kiln_target *t = NULL;
   size_t n = 0, nt = 0;
@@ -205,6 +206,7 @@ KILN_API kiln_status kiln_cache_export(kiln_cache_export_report *out, kiln_cache
     }
     fchmod(w.fd, 0644);
   }
+  KILN_CHECK(kiln_sha256_new(&w.sum));
   KILN_CHECK(write_members(&w, c, recs, n, out, kiln_now_s()));
   if (tmp[0]) {
     /* Renamed into place whole, but not fsync'ed (as tar does not): an
@@ -224,6 +226,7 @@ KILN_API kiln_status kiln_cache_export(kiln_cache_export_report *out, kiln_cache
   }
 out:
   if (w.fd > 1) close(w.fd);
+  kiln_sha256_free(w.sum);
   if (tmp[0]) unlink(tmp);
   free(recs);
   free(t);

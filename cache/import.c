@@ -30,6 +30,8 @@ typedef struct in_archive {
   kiln_tar_reader r;
   int version;
   uint64_t want_records, want_blobs; /* the manifest's counts */
+  kiln_sha256 *sum;                  /* of the stream (kiln_tar_reader.sum until the last member) */
+  int summed;                        /* the last member was read and matched */
   in_blob *blobs;
   size_t n_blobs, cap_blobs;
   kiln_record *recs;
@@ -144,6 +146,7 @@ static kiln_status read_blob(in_archive *a, kiln_cache *c, const char *digest, u
   }
   a->n_blobs++; /* from here on its temp file is removed with the others */
   KILN_CHECK(kiln_sha256_new(&h));
+  a->r.sum_data = 0; /* its own digest covers its bytes */
   do {
     KILN_CHECK(kiln_tar_read(&a->r, buf, sizeof buf, &n));
     KILN_CHECK(kiln_sha256_update(h, buf, n));
@@ -193,6 +196,24 @@ out:
   return rc;
 }
 
+/* The last member: the stream's sum so far (its own header included) must be
+ * its data. */
+static kiln_status read_sum(in_archive *a, uint64_t size) {
+  char want[66] = "", *got = NULL;
+  kiln_status rc;
+  KILN_CHECK(kiln_sha256_final_hex(a->sum, want));
+  a->r.sum = NULL; /* finished: nothing more is added */
+  a->r.sum_data = 0;
+  KILN_CHECK(read_small(a, KILN_ARCHIVE_SUM, size, 65, &got));
+  if (size != 65 || memcmp(got, want, 64) != 0 || got[64] != '\n')
+    rc = kiln_fail(KILN_ECORRUPT, "%s: its bytes do not match its %s (a flipped byte?)", a->r.what,
+                   KILN_ARCHIVE_SUM);
+  a->summed = rc == KILN_OK;
+out:
+  free(got);
+  return rc;
+}
+
 /* Phase 1: every member read and checked; nothing in the cache changes. */
 static kiln_status read_archive(in_archive *a, kiln_cache *c) {
   char name[KILN_TAR_NAME_MAX + 1];
@@ -203,9 +224,16 @@ static kiln_status read_archive(in_archive *a, kiln_cache *c) {
     const char *hex;
     KILN_CHECK(kiln_tar_next(&a->r, name, &size, &end));
     if (end) break;
+    if (a->summed) {
+      rc = kiln_fail(KILN_ECORRUPT, "%s: member %s after %s, which must be the last", a->r.what,
+                     name, KILN_ARCHIVE_SUM);
+      goto out;
+    }
     if (first) {
       KILN_CHECK(read_manifest(a, name, size));
       first = 0;
+    } else if (strcmp(name, KILN_ARCHIVE_SUM) == 0) {
+      KILN_CHECK(read_sum(a, size));
     } else if ((hex = hex_name(name, "cas/"))) {
       KILN_CHECK(read_blob(a, c, hex, size));
     } else if ((hex = hex_name(name, "ac/"))) {
@@ -218,6 +246,11 @@ static kiln_status read_archive(in_archive *a, kiln_cache *c) {
   }
   if (first) {
     rc = kiln_fail(KILN_ECORRUPT, "%s is an empty archive", a->r.what);
+    goto out;
+  }
+  if (!a->summed) {
+    rc = kiln_fail(KILN_ECORRUPT, "%s has no %s (cut short, or not written by kiln)", a->r.what,
+                   KILN_ARCHIVE_SUM);
     goto out;
   }
   /* a version-1 archive is read as it is; a later version migrates older
@@ -337,6 +370,9 @@ KILN_API kiln_status kiln_cache_import(kiln_cache_import_report *out, kiln_cache
   }
   a.r.fd = fd;
   a.r.what = strcmp(path, "-") == 0 ? "the archive on stdin" : path;
+  a.r.sum_data = 1;
+  KILN_CHECK(kiln_sha256_new(&a.sum));
+  a.r.sum = a.sum;
   KILN_CHECK(read_archive(&a, c));
   out->records = a.n_recs;
   out->blobs = a.n_blobs;
@@ -352,6 +388,7 @@ out:
   if (fd > 0) close(fd);
   free(a.blobs);
   free(a.recs);
+  kiln_sha256_free(a.sum);
   if (rc != KILN_OK) kiln_cache_import_report_free(out);
   return rc;
 }

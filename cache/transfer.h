@@ -9,5 +9,8 @@
  * older one through its migration) and refuses a newer one. */
 #define KILN_ARCHIVE_VERSION 1
 #define KILN_ARCHIVE_MANIFEST "kiln-archive.json"
+/* The last member: SHA-256 of every byte before its data except the blobs'
+ * data (their names are their digests), so any flipped byte is found. */
+#define KILN_ARCHIVE_SUM "kiln-archive.sha256"
 
 #endif

@@ -12,19 +12,32 @@ F=$(fixture full) # 3 softmax units x sm_80, sm_90, compute_90: 9 records
 keys() { kiln cache ls --cache "$1" --json >"$T/ls.json" && json "$T/ls.json" 'sorted((r["key"], r["digest"]) for r in d)'; }
 records() { index_query "$1" "SELECT count(*) FROM records"; }
 # tarpy SRC DST PYTHON: rewrites archive SRC into DST, member by member, with
-# PYTHON run on each (m: the TarInfo, data: its bytes; set data, or skip = True).
+# PYTHON run on each (m: the TarInfo, data: its bytes; set data, or skip = True),
+# and a new kiln-archive.sha256 computed as kiln does (every byte before its
+# data, but the blobs' data), so only the change made is wrong in DST.
 tarpy() {
   python3 - "$1" "$2" "$3" <<'PY'
-import io, sys, tarfile
+import hashlib, io, sys, tarfile
 src, dst, code = sys.argv[1:]
-with tarfile.open(src) as a, tarfile.open(dst, "w", format=tarfile.USTAR_FORMAT) as b:
-    members = [(m, a.extractfile(m).read()) for m in a.getmembers()]
-    for m, data in members:
-        skip = False
-        exec(code)
-        if not skip:
-            m.size = len(data)
-            b.addfile(m, io.BytesIO(data))
+h, out = hashlib.sha256(), io.BytesIO()
+with tarfile.open(src) as a:
+    members = [(m, a.extractfile(m).read()) for m in a.getmembers() if m.name != "kiln-archive.sha256"]
+b = tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT)
+for m, data in members:
+    skip = False
+    exec(code)
+    if skip:
+        continue
+    m.size, pos = len(data), out.tell()
+    b.addfile(m, io.BytesIO(data))
+    raw = out.getvalue()[pos:]
+    h.update(raw[:512] + raw[512 + len(data):] if m.name.startswith("cas/") else raw)
+s = tarfile.TarInfo("kiln-archive.sha256")
+s.size, s.mode = 65, 0o444
+h.update(s.tobuf(tarfile.USTAR_FORMAT))
+b.addfile(s, io.BytesIO((h.hexdigest() + "\n").encode()))
+b.close()
+open(dst, "wb").write(out.getvalue())
 PY
 }
 empty_cache() { # CACHE: nothing was imported
@@ -61,6 +74,36 @@ tarpy "$T/a.tar" "$T/flip.tar" 'if m.name.startswith("cas/") and not skip and "d
 expect_exit 1 kiln cache import "$T/flip.tar" --cache "$T/C1"
 expect_stderr_contains "has other bytes"
 empty_cache "$T/C1"
+log "a flipped byte anywhere else (values that stay valid JSON, padding, the sum): refused"
+# flip ARCHIVE WHAT: prints the offset of a byte to flip (python, with the tar's layout)
+flipped() { # NAME OFFSET-EXPRESSION: writes $T/NAME.tar with that byte's low bit flipped
+  python3 - "$T/a.tar" "$T/$1.tar" "$2" <<'PY'
+import sys, tarfile
+src, dst, expr = sys.argv[1:]
+b = bytearray(open(src, "rb").read())
+with tarfile.open(src) as t:
+    ms = {m.name: m for m in t.getmembers()}
+    man = ms["kiln-archive.json"]
+    rec = [m for m in t.getmembers() if m.name.startswith("ac/")][0]
+    summ = ms["kiln-archive.sha256"]
+def digit_after(m, key):  # a digit of a number in m's JSON: its low bit flipped is still a digit
+    d = bytes(b[m.offset_data:m.offset_data + m.size]); i = d.index(key) + len(key)
+    while not chr(d[i]).isdigit(): i += 1
+    return m.offset_data + i
+off = eval(expr)
+b[off] ^= 1
+open(dst, "wb").write(b)
+PY
+}
+i=0
+for where in 'digit_after(man, b"\"created\"")' 'digit_after(rec, b"\"registers\"")' \
+  'rec.offset_data + rec.size + 3' 'summ.offset_data + 10' 'len(b) - 1'; do
+  i=$((i + 1))
+  flipped "flip$i" "$where"
+  expect_exit 1 kiln cache import "$T/flip$i.tar" --cache "$T/F$i"
+  expect_stderr_contains "flip$i.tar" "flip $i ($where): the error names the archive"
+  empty_cache "$T/F$i"
+done
 log "a flipped byte in a header: refused"
 python3 -c 'import sys; b = bytearray(open(sys.argv[1], "rb").read()); b[1024 + 20] ^= 1; open(sys.argv[2], "wb").write(b)' \
   "$T/a.tar" "$T/hdr.tar" # the 3rd block: the first blob's header (the manifest fits one block)

@@ -22,8 +22,10 @@ static FILE *archive_of(const char *const *names, const char *const *datas, size
   assert_non_null(f);
   w.fd = fileno(f);
   w.offset = 0;
+  w.sum = NULL;
   for (size_t i = 0; i < n; i++)
-    assert_int_equal(kiln_tar_write(&w, names[i], datas[i], strlen(datas[i]), 1700000000), KILN_OK);
+    assert_int_equal(kiln_tar_write(&w, names[i], datas[i], strlen(datas[i]), 1700000000, 1),
+                     KILN_OK);
   assert_int_equal(kiln_tar_write_end(&w), KILN_OK);
   assert_int_equal(w.offset % KILN_TAR_BLOCK, 0);
   rewind(f);
@@ -34,7 +36,7 @@ static void test_what_is_written_reads_back(void **state) {
   const char *names[] = {"kiln-archive.json", "cas/abc", "empty"};
   const char *datas[] = {"{\"version\": 1}", "0123456789", ""};
   FILE *f = archive_of(names, datas, 3);
-  kiln_tar_reader r = {fileno(f), 0, 0, 0, "test.tar"};
+  kiln_tar_reader r = {fileno(f), 0, 0, 0, "test.tar", NULL, 1};
   char name[KILN_TAR_NAME_MAX + 1], buf[64];
   uint64_t size;
   size_t got;
@@ -148,7 +150,7 @@ static void test_a_short_stream_is_truncated_not_read_past(void **state) {
   uint64_t size;
   size_t got;
   int end;
-  kiln_tar_reader r = {fileno(g), 0, 0, 0, "cut.tar"};
+  kiln_tar_reader r = {fileno(g), 0, 0, 0, "cut.tar", NULL, 1};
   (void)state;
   assert_int_equal(fread(buf, 1, sizeof buf, f), sizeof buf); /* header + 4 data bytes */
   assert_int_equal(fwrite(buf, 1, sizeof buf, g), sizeof buf);
@@ -168,7 +170,7 @@ static void test_one_zero_block_then_data_is_refused(void **state) {
   char name[KILN_TAR_NAME_MAX + 1];
   uint64_t size;
   int end;
-  kiln_tar_reader r = {fileno(g), 0, 0, 0, "odd.tar"};
+  kiln_tar_reader r = {fileno(g), 0, 0, 0, "odd.tar", NULL, 1};
   (void)state;
   header(h, "cas/abc", 0);
   assert_int_equal(fwrite(z, 1, sizeof z, g), sizeof z);
@@ -180,14 +182,33 @@ static void test_one_zero_block_then_data_is_refused(void **state) {
   fclose(g);
 }
 
+static void test_padding_that_is_not_zeros_is_refused(void **state) {
+  const char *names[] = {"a", "b"};
+  const char *datas[] = {"123", "4"};
+  FILE *f = archive_of(names, datas, 2);
+  kiln_tar_reader r = {fileno(f), 0, 0, 0, "pad.tar", NULL, 1};
+  char name[KILN_TAR_NAME_MAX + 1];
+  uint64_t size;
+  int end;
+  (void)state;
+  assert_int_equal(fseek(f, KILN_TAR_BLOCK + 100, SEEK_SET), 0); /* in a's padding */
+  assert_int_equal(fputc('x', f), 'x');
+  fflush(f);
+  rewind(f);
+  assert_int_equal(kiln_tar_next(&r, name, &size, &end), KILN_OK);
+  assert_int_equal(kiln_tar_next(&r, name, &size, &end), KILN_ECORRUPT);
+  assert_non_null(strstr(kiln_last_error(), "padding that is not zeros"));
+  fclose(f);
+}
+
 static void test_names_that_do_not_fit_are_not_written(void **state) {
   char long_name[KILN_TAR_NAME_MAX + 2];
-  kiln_tar_writer w = {-1, 0};
+  kiln_tar_writer w = {-1, 0, NULL};
   (void)state;
   memset(long_name, 'a', sizeof long_name - 1);
   long_name[sizeof long_name - 1] = '\0';
-  assert_int_equal(kiln_tar_write(&w, long_name, "", 0, 0), KILN_EINVAL);
-  assert_int_equal(kiln_tar_write(&w, "", "", 0, 0), KILN_EINVAL);
+  assert_int_equal(kiln_tar_write(&w, long_name, "", 0, 0, 1), KILN_EINVAL);
+  assert_int_equal(kiln_tar_write(&w, "", "", 0, 0, 1), KILN_EINVAL);
 }
 
 int main(void) {
@@ -196,6 +217,7 @@ int main(void) {
       cmocka_unit_test(test_hostile_headers_are_refused),
       cmocka_unit_test(test_a_short_stream_is_truncated_not_read_past),
       cmocka_unit_test(test_one_zero_block_then_data_is_refused),
+      cmocka_unit_test(test_padding_that_is_not_zeros_is_refused),
       cmocka_unit_test(test_names_that_do_not_fit_are_not_written),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
