@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "common/fileio.h"
 #include "common/logging.h"
+#include "common/pool.h"
 
 typedef struct in_blob {
   char digest[65];
@@ -32,6 +33,7 @@ typedef struct in_archive {
   uint64_t want_records, want_blobs; /* the manifest's counts */
   kiln_sha256 *sum;                  /* of the stream (kiln_tar_reader.sum until the last member) */
   int summed;                        /* the last member was read and matched */
+  unsigned char *buf;                /* CHUNK bytes for the blobs' data */
   in_blob *blobs;
   size_t n_blobs, cap_blobs;
   kiln_record *recs;
@@ -122,11 +124,11 @@ out:
 }
 
 /* cas/<digest>: streamed into tmp/ while hashed; the hash must be the name. */
+#define CHUNK (1u << 20) /* one read, hash and write */
+
 static kiln_status read_blob(in_archive *a, kiln_cache *c, const char *digest, uint64_t size) {
-  unsigned char buf[1 << 16];
-  kiln_sha256 *h = NULL;
+  unsigned char *buf = a->buf;
   in_blob *b;
-  char got[65];
   size_t n;
   kiln_status rc;
   int fd = -1;
@@ -136,7 +138,8 @@ static kiln_status read_blob(in_archive *a, kiln_cache *c, const char *digest, u
   KILN_CHECK(grow((void **)&a->blobs, &a->cap_blobs, a->n_blobs, sizeof *a->blobs));
   b = &a->blobs[a->n_blobs];
   memset(b, 0, sizeof *b);
-  snprintf(b->digest, sizeof b->digest, "%s", digest);
+  memcpy(b->digest, digest, 64); /* hex_name checked it: 64 hex digits */
+  b->digest[64] = '\0';
   b->size = size;
   KILN_CHECK(kiln_path_join(b->tmp, sizeof b->tmp, c->tmp_dir, "import-XXXXXX"));
   if ((fd = mkstemp(b->tmp)) < 0) {
@@ -144,12 +147,10 @@ static kiln_status read_blob(in_archive *a, kiln_cache *c, const char *digest, u
     b->tmp[0] = '\0';
     goto out;
   }
-  a->n_blobs++; /* from here on its temp file is removed with the others */
-  KILN_CHECK(kiln_sha256_new(&h));
-  a->r.sum_data = 0; /* its own digest covers its bytes */
+  a->n_blobs++;      /* from here on its temp file is removed with the others */
+  a->r.sum_data = 0; /* its own digest covers its bytes: verify_blobs checks it */
   do {
-    KILN_CHECK(kiln_tar_read(&a->r, buf, sizeof buf, &n));
-    KILN_CHECK(kiln_sha256_update(h, buf, n));
+    KILN_CHECK(kiln_tar_read(&a->r, buf, CHUNK, &n));
     for (size_t off = 0; off < n;) {
       ssize_t w = write(fd, buf + off, n - off);
       if (w < 0 && errno == EINTR) continue;
@@ -160,13 +161,49 @@ static kiln_status read_blob(in_archive *a, kiln_cache *c, const char *digest, u
       off += (size_t)w;
     }
   } while (n);
-  KILN_CHECK(kiln_sha256_final_hex(h, got));
-  if (strcmp(got, digest) != 0)
-    rc = kiln_fail(KILN_ECORRUPT, "%s: blob cas/%.12s... has other bytes (they hash to %.12s...)",
-                   a->r.what, digest, got);
 out:
-  kiln_sha256_free(h);
   if (fd >= 0) close(fd);
+  return rc;
+}
+
+/* Hashing is most of an import's CPU: the blobs written to tmp/ are hashed
+ * afterwards, from their pages, on every CPU. */
+typedef struct verify_job {
+  const in_blob *blobs;
+  kiln_status *rc;
+  char (*got)[65];
+} verify_job;
+
+static void verify_one(size_t i, void *user) {
+  verify_job *j = user;
+  uint8_t *data = NULL;
+  size_t len = 0;
+  j->rc[i] = kiln_read_file(j->blobs[i].tmp, &data, &len);
+  if (j->rc[i] == KILN_OK) j->rc[i] = kiln_sha256_hex(j->got[i], data, len);
+  if (j->rc[i] == KILN_OK && (len != j->blobs[i].size || strcmp(j->got[i], j->blobs[i].digest)))
+    j->rc[i] = KILN_ECORRUPT;
+  free(data);
+}
+
+static kiln_status verify_blobs(in_archive *a) {
+  kiln_status *rcs = calloc(a->n_blobs ? a->n_blobs : 1, sizeof *rcs), rc;
+  char(*got)[65] = calloc(a->n_blobs ? a->n_blobs : 1, sizeof *got);
+  verify_job j = {a->blobs, rcs, got};
+  if (!rcs || !got) {
+    rc = kiln_fail(KILN_ENOMEM, "out of memory");
+    goto out;
+  }
+  KILN_CHECK(kiln_pool_run(a->n_blobs, 0, verify_one, &j));
+  for (size_t i = 0; i < a->n_blobs && rc == KILN_OK; i++)
+    if (rcs[i] == KILN_ECORRUPT)
+      rc = kiln_fail(KILN_ECORRUPT, "%s: blob cas/%.12s... has other bytes (they hash to %.12s...)",
+                     a->r.what, a->blobs[i].digest, got[i]);
+    else if (rcs[i] != KILN_OK)
+      rc = kiln_fail(rcs[i], "%s: reading back blob %.12s... from %s failed", a->r.what,
+                     a->blobs[i].digest, a->blobs[i].tmp);
+out:
+  free(rcs);
+  free(got);
   return rc;
 }
 
@@ -253,6 +290,7 @@ static kiln_status read_archive(in_archive *a, kiln_cache *c) {
                    KILN_ARCHIVE_SUM);
     goto out;
   }
+  KILN_CHECK(verify_blobs(a));
   /* a version-1 archive is read as it is; a later version migrates older
    * ones here, before the checks below */
   if (a->n_recs != a->want_records || a->n_blobs != a->want_blobs) {
@@ -371,6 +409,10 @@ KILN_API kiln_status kiln_cache_import(kiln_cache_import_report *out, kiln_cache
   a.r.fd = fd;
   a.r.what = strcmp(path, "-") == 0 ? "the archive on stdin" : path;
   a.r.sum_data = 1;
+  if (!(a.buf = malloc(CHUNK))) {
+    rc = kiln_fail(KILN_ENOMEM, "out of memory");
+    goto out;
+  }
   KILN_CHECK(kiln_sha256_new(&a.sum));
   a.r.sum = a.sum;
   KILN_CHECK(read_archive(&a, c));
@@ -389,6 +431,7 @@ out:
   free(a.blobs);
   free(a.recs);
   kiln_sha256_free(a.sum);
+  free(a.buf);
   if (rc != KILN_OK) kiln_cache_import_report_free(out);
   return rc;
 }
