@@ -28,6 +28,41 @@ expect_stderr_contains "is ready: use it with KILN_CACHE_PATH=$opt/cache KILN_OF
 units=$(json "$T/units.json" 'len(d["units"])')
 expect_eq "$(index_query "$opt/cache" "SELECT count(*) FROM records")" "$((units * 3))" "records: every unit x 3 archs"
 
+expect_eq "$(find "$opt/cache" -name 'index.sqlite-*' -o -path "$opt/cache/tmp/*" | wc -l)" 0 \
+  "write-ahead log and temp files left"
+expect_eq "$(find "$opt/cache" \( -type d ! -perm -a+rx \) -o \( -type f ! -perm -a+r \) -o -perm /go+w | wc -l)" 0 \
+  "entries not readable by every user, or writable by others"
+
+log "bad input: exit 2"
+expect_exit 2 timeout 60 "$src/scripts/image-prebuild" --kiln "$T/no-kiln"
+expect_stderr_contains "no kiln command '$T/no-kiln'"
+expect_exit 2 timeout 60 "$src/scripts/image-prebuild" --frobnicate
+expect_stderr_contains "unknown argument '--frobnicate'"
+expect_exit 2 timeout 300 "$src/scripts/image-prebuild" --kiln "$opt/bin/kiln" --cache "$T/bad" --arch 75x
+log "a cache an older driver cannot load fails the step (exit 1)"
+nvrtc_major=$("$opt/bin/kiln" --version | sed -n 's/^NVRTC \([0-9]*\)\..*/\1/p')
+PREBUILD_DRIVER=$((nvrtc_major - 1)).8 expect_exit 1 timeout 300 "$src/scripts/image-prebuild" \
+  --kiln "$opt/bin/kiln" --cache "$opt/cache" --arch "$arch"
+expect_stdout_contains "$((units * 3)) cache hits, 0 built" "nothing rebuilt"
+expect_stderr_contains "MISSING scaled_softmax for sm_90"
+
+# The cluster variant (examples/Dockerfile.cluster): publish, then a second
+# image's pre-build fetches everything and compiles nothing.
+if command -v nginx >/dev/null && command -v curl >/dev/null; then
+  . "$(dirname "$0")/remote_lib.sh"
+  url=$(serve dav)
+  log "cluster: -- --remote $url --upload, then a fresh pre-build from the remote"
+  expect_exit 0 timeout 600 "$src/scripts/image-prebuild" --kiln "$opt/bin/kiln" --cache "$opt/cache" \
+    --arch "$arch" -- --remote "$url" --upload
+  expect_exit 0 timeout 600 "$src/scripts/image-prebuild" --kiln "$opt/bin/kiln" --cache "$T/second" \
+    --arch "$arch" -- --remote "$url"
+  expect_stdout_contains "0 cache hits, $((units * 3)) fetched, 0 built, 0 failed"
+  expect_eq "$(index_query "$T/second" "SELECT key, digest FROM records ORDER BY key")" \
+    "$(index_query "$opt/cache" "SELECT key, digest FROM records ORDER BY key")" "the fetched cache's keys and digests"
+else
+  log "cluster variant not run: no nginx or curl"
+fi
+
 log "the runtime stage: the cache read-only, KILN_OFFLINE=1, four GPUs"
 chmod -R a-w "$opt/cache"
 at_exit "chmod -R u+w '$opt/cache'"
@@ -40,4 +75,10 @@ expect_eq "$(json "$OUT" 'sum(u["source"] == "built" for v in d["devices"] for u
 expect_eq "$(json "$OUT" 'sorted({u["source"] for v in d["devices"] for u in v["units"]})')" \
   '["compatible CUBIN", "exact CUBIN"]' "how they loaded (sm_86: the sm_80 CUBIN)"
 expect_eq "$(json "$OUT" 'sorted({u["layer"] for v in d["devices"] for u in v["units"]})')" "[1]" "the layer they came from"
+# what a container can check at start: the layer's coverage, doctor's offline check
+KILN_CACHE_PATH=$opt/cache KILN_CACHE_DIR=$T/home-cache expect_exit 0 timeout 300 "$opt/bin/kiln" check --arch "$arch"
+KILN_CUDA_LIBRARY=$IT_FAKECUDA KILN_FAKE_CUDA_DEVICES=90 KILN_CACHE_PATH=$opt/cache KILN_OFFLINE=1 \
+  KILN_CACHE_DIR=$T/home-cache expect_exit 0 timeout 300 "$opt/bin/kiln" doctor --json
+expect_eq "$(json "$OUT" '[c["status"] for c in d["checks"] if c["id"] == "offline"]')" '["PASS"]' "doctor's offline check"
 expect_eq "$(tree_sum "$opt/cache")" "$before" "the image's cache is unchanged"
+expect_eq "$(index_query "$T/home-cache" "SELECT count(*) FROM records")" 0 "records in the primary cache"
