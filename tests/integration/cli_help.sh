@@ -42,8 +42,14 @@ help_mentions "kiln --help (environment)" -- KILN_CACHE_DIR KILN_CACHE_PATH KILN
 expect_exit 0 kiln --version
 [[ -s $ERR ]] && fail "--version wrote to stderr: $(head -3 "$ERR")"
 grep -Eq '^kiln [0-9]+\.[0-9]+\.[0-9]+' "$OUT" || fail "--version lacks a 'kiln X.Y.Z' line: $(cat "$OUT")"
-grep -Eq '^NVRTC [0-9]+\.[0-9]+$' "$OUT" || fail "--version lacks an 'NVRTC X.Y' line: $(cat "$OUT")"
+# one line per GPU library: its version, file and how it was found, or why not
+grep -Eq '^NVRTC [0-9]+\.[0-9]+: /.* \(found by .*\)$' "$OUT" ||
+  fail "--version lacks an 'NVRTC X.Y: FILE (found by ...)' line: $(cat "$OUT")"
+grep -Eq '^NCCL( [0-9.]+: /.* \(found by .*\)|: not available: .+)$' "$OUT" ||
+  fail "--version lacks an NCCL line: $(cat "$OUT")"
+grep -Eq '^CUDA driver( [0-9.]+: /.* \(found by .*\)|: not available: .+)$' "$OUT" ||
+  fail "--version lacks a 'CUDA driver' line: $(cat "$OUT")"
 grep -Eq '^cache schema [0-9]+$' "$OUT" || fail "--version lacks a 'cache schema N' line: $(cat "$OUT")"
-expect_eq "$(wc -l <"$OUT")" 3 "lines printed by --version"
+expect_eq "$(wc -l <"$OUT")" 5 "lines printed by --version"
 expect_exit 0 kiln version
 [[ ! -e $KILN_CACHE_DIR ]] || fail "a help or version command created the cache $KILN_CACHE_DIR"
