@@ -28,8 +28,8 @@ kiln_status kiln_blob_read(const char *layer_dir, const char *digest, uint64_t w
   size_t len = 0;
   kiln_status rc;
   KILN_CHECK(kiln_blob_path(path, sizeof path, layer_dir, digest));
-  KILN_CHECK(kiln_read_file(path, &data, &len));
-  if (want_size != UINT64_MAX && len != want_size) {
+  KILN_CHECK(kiln_read_regular(path, want_size, &data, &len));
+  if (want_size != UINT64_MAX && len != want_size) { /* it shrank while read */
     rc = kiln_fail(KILN_ECORRUPT, "blob %s is %zu bytes, the record says %llu (truncated?)", path,
                    len, (unsigned long long)want_size);
     goto out;

@@ -36,7 +36,11 @@ static kiln_status read_secret(const char *path, const char *what, uint8_t **out
   size_t n = 0;
   kiln_status rc = kiln_read_file(path, &data, &n);
   if (rc == KILN_ENOTFOUND) return kiln_fail(KILN_EIO, "%s %s does not exist", what, path);
-  if (rc != KILN_OK) return kiln_fail(rc, "%s %s cannot be read", what, path);
+  if (rc != KILN_OK) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", kiln_last_error());
+    return kiln_fail(rc, "%s %s cannot be read: %s", what, path, why);
+  }
   while (n && isspace(data[n - 1]))
     n--;
   if (!n) {

@@ -91,17 +91,36 @@ out:
 }
 
 kiln_status kiln_read_file(const char *path, uint8_t **out, size_t *out_len) {
+  return kiln_read_regular(path, UINT64_MAX, out, out_len);
+}
+
+kiln_status kiln_read_regular(const char *path, uint64_t want_size, uint8_t **out,
+                              size_t *out_len) {
   struct stat st;
   uint8_t *buf = NULL;
   size_t got = 0;
   kiln_status rc = KILN_OK;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: opening a FIFO planted at the path must not wait for a writer */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     if (errno == ENOENT) return kiln_fail(KILN_ENOTFOUND, "%s: no such file", path);
     return kiln_fail_errno(KILN_EIO, errno, "open %s", path);
   }
   if (fstat(fd, &st) != 0) {
     rc = kiln_fail_errno(KILN_EIO, errno, "stat %s", path);
+    goto out;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    rc = kiln_fail(KILN_ECORRUPT, "%s is not a regular file (a FIFO, device or directory)", path);
+    goto out;
+  }
+  if (want_size != UINT64_MAX && (uint64_t)st.st_size != want_size) {
+    rc = kiln_fail(KILN_ECORRUPT, "%s is %llu bytes, not the %llu expected (truncated or replaced)",
+                   path, (unsigned long long)st.st_size, (unsigned long long)want_size);
+    goto out;
+  }
+  if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+    rc = kiln_fail_errno(KILN_EIO, errno, "fcntl %s", path);
     goto out;
   }
   buf = malloc((size_t)st.st_size + 1);

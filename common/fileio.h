@@ -14,6 +14,12 @@ kiln_status kiln_write_atomic(const char *path, const char *tmp_dir, const void 
                               unsigned mode);
 /* Reads a whole file; *out freed with free(). KILN_ENOTFOUND if missing. */
 kiln_status kiln_read_file(const char *path, uint8_t **out, size_t *out_len);
+/* kiln_read_file for a file kiln does not trust (a blob, a secret): opened
+ * without blocking (a FIFO at the path cannot hang the reader), refused
+ * (KILN_ECORRUPT) unless it is a regular file, and, with want_size other than
+ * UINT64_MAX, unless it has that size, before any byte is read (a 2 GiB file
+ * at a small blob's path is never read into memory). */
+kiln_status kiln_read_regular(const char *path, uint64_t want_size, uint8_t **out, size_t *out_len);
 /* mkdir with mode unless it exists as a directory. */
 kiln_status kiln_mkdir(const char *path, unsigned mode);
 /* mkdir -p (each missing component gets mode). */
