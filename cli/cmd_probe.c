@@ -79,14 +79,15 @@ static json_t *nvrtc_json(int *have) {
 
 static json_t *nccl_json(void) {
   json_t *o = json_object();
+  kiln_library_info info;
   int v = 0;
-  int found = kiln_nccl_version(&v) == KILN_OK;
+  int found = kiln_nccl_version(&v) == KILN_OK &&
+              kiln_library_get_info(&info, KILN_LIBRARY_NCCL) == KILN_OK;
   json_object_set_new(o, "found", json_boolean(found));
-  if (found) {
-    char s[32];
-    snprintf(s, sizeof s, "%d.%d.%d", v / 10000, v / 100 % 100, v % 100);
-    json_object_set_new(o, "version", json_string(s));
-    library_json(o, KILN_LIBRARY_NCCL);
+  if (found) { /* the version as the library formats it (NCCL_VERSION_CODE's two layouts) */
+    json_object_set_new(o, "version", json_string(info.version));
+    json_object_set_new(o, "library", json_string(info.path));
+    json_object_set_new(o, "found_by", json_string(info.found_by));
   } else {
     json_object_set_new(o, "error", json_string(kiln_last_error()));
   }

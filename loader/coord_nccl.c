@@ -31,9 +31,10 @@
 #include "loader/driver.h"  /* kiln_cuda: memory, copies, stream queries */
 
 typedef struct nccl_api {
-  char path[512];     /* the library that was loaded */
-  char found_by[600]; /* how (common/gpu_libs.h) */
-  int version;        /* NCCL_VERSION_CODE, 0 when ncclGetVersion is missing */
+  char path[512];       /* the library that was loaded */
+  char found_by[600];   /* how (common/gpu_libs.h) */
+  int version;          /* NCCL_VERSION_CODE, 0 when ncclGetVersion is missing */
+  char version_str[32]; /* "2.28.9", or "unknown" */
   // clang-format off
 #define KILN_SYM(ret, name, params) ret(*name) params;
 #define KILN_SYM_OPTIONAL KILN_SYM
@@ -87,11 +88,14 @@ static void load(void) {
     return;
   }
   if (api.GetVersion && api.GetVersion(&api.version) != ncclSuccess) api.version = 0;
-  {
+  if (api.version) {
     int v = api.version, big = v >= 10000; /* 2.9 changed NCCL_VERSION_CODE's layout */
-    kiln_log(KILN_LOG_INFO, "NCCL %d.%d.%d from %s (%s)", big ? v / 10000 : v / 1000,
-             big ? v % 10000 / 100 : v % 1000 / 100, v % 100, api.path, api.found_by);
+    snprintf(api.version_str, sizeof api.version_str, "%d.%d.%d", big ? v / 10000 : v / 1000,
+             big ? v % 10000 / 100 : v % 1000 / 100, v % 100);
+  } else {
+    snprintf(api.version_str, sizeof api.version_str, "unknown");
   }
+  kiln_log(KILN_LOG_INFO, "NCCL %s from %s (%s)", api.version_str, api.path, api.found_by);
 }
 
 /* Fills `api`, once per process. KILN_ENOTFOUND with the reason. */
@@ -101,12 +105,12 @@ static kiln_status nccl_load(void) {
   return KILN_OK;
 }
 
-kiln_status kiln_nccl_library(const char **path, const char **found_by, int *version) {
+kiln_status kiln_nccl_library(const char **path, const char **found_by, const char **version) {
   kiln_status rc = nccl_load();
   if (rc != KILN_OK) return rc;
   *path = api.path;
   *found_by = api.found_by;
-  *version = api.version;
+  *version = api.version_str;
   return KILN_OK;
 }
 

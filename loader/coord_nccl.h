@@ -14,10 +14,10 @@
  * calls of at most this many bytes, each awaited before the next. */
 #define KILN_NCCL_STAGING_BYTES ((size_t)1 << 20)
 
-/* The libnccl loaded (docs/install.md): its file and how it was found, and
- * its version as NCCL_VERSION_CODE (0 when it does not say). Loads it if
- * needed; fails as kiln_nccl_version does. */
-kiln_status kiln_nccl_library(const char **path, const char **found_by, int *version);
+/* The libnccl loaded (docs/install.md): its file, how it was found, and its
+ * version ("2.28.9", "unknown" when it does not say). Loads it if needed;
+ * fails as kiln_nccl_version does. */
+kiln_status kiln_nccl_library(const char **path, const char **found_by, const char **version);
 
 /* Memory: kiln_comm_free calls comm->destroy(comm->self), which frees the
  * staging buffers and the transport's state, then frees the kiln_comm. The

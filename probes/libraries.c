@@ -35,16 +35,10 @@ KILN_API kiln_status kiln_library_get_info(kiln_library_info *out, kiln_library 
     return KILN_OK;
   }
   case KILN_LIBRARY_NCCL: {
-    const char *path, *found_by;
-    int v, big;
-    if ((rc = kiln_nccl_library(&path, &found_by, &v)) != KILN_OK) return rc;
+    const char *path, *found_by, *version;
+    if ((rc = kiln_nccl_library(&path, &found_by, &version)) != KILN_OK) return rc;
     fill(out, path, found_by);
-    big = v >= 10000; /* 2.9 changed NCCL_VERSION_CODE's layout */
-    if (v)
-      snprintf(out->version, sizeof out->version, "%d.%d.%d", big ? v / 10000 : v / 1000,
-               big ? v % 10000 / 100 : v % 1000 / 100, v % 100);
-    else
-      snprintf(out->version, sizeof out->version, "unknown");
+    snprintf(out->version, sizeof out->version, "%s", version);
     return KILN_OK;
   }
   }
