@@ -21,13 +21,12 @@ kiln_status kiln_blob_path(char *out, size_t cap, const char *layer_dir, const c
   return KILN_OK;
 }
 
-kiln_status kiln_blob_read(const char *layer_dir, const char *digest, uint64_t want_size,
-                           uint8_t **out, size_t *out_size) {
-  char path[KILN_PATH_MAX], got[65];
+kiln_status kiln_blob_check(const char *path, const char *digest, uint64_t want_size, uint8_t **out,
+                            size_t *out_size) {
+  char got[65];
   uint8_t *data = NULL;
   size_t len = 0;
   kiln_status rc;
-  KILN_CHECK(kiln_blob_path(path, sizeof path, layer_dir, digest));
   KILN_CHECK(kiln_read_regular(path, want_size, &data, &len));
   if (want_size != UINT64_MAX && len != want_size) { /* it shrank while read */
     rc = kiln_fail(KILN_ECORRUPT, "blob %s is %zu bytes, the record says %llu (truncated?)", path,
@@ -46,6 +45,16 @@ kiln_status kiln_blob_read(const char *layer_dir, const char *digest, uint64_t w
   if (out_size) *out_size = len;
 out:
   free(data);
+  return rc;
+}
+
+kiln_status kiln_blob_read(const char *layer_dir, const char *digest, uint64_t want_size,
+                           uint8_t **out, size_t *out_size) {
+  char path[KILN_PATH_MAX];
+  kiln_status rc;
+  KILN_CHECK(kiln_blob_path(path, sizeof path, layer_dir, digest));
+  rc = kiln_blob_check(path, digest, want_size, out, out_size);
+out:
   return rc;
 }
 
@@ -117,33 +126,32 @@ static kiln_status sync_fs_of(const char *path) {
   return rc;
 }
 
-kiln_status kiln_blobs_adopt(kiln_cache *c, const char *const *digests, char (*tmps)[KILN_PATH_MAX],
-                             size_t n) {
+kiln_status kiln_blobs_adopt(kiln_cache *c, kiln_blob_file *v, size_t n) {
   char path[KILN_PATH_MAX], dir[KILN_PATH_MAX];
   kiln_status rc = KILN_OK;
   size_t moved = 0;
   for (size_t i = 0; i < n; i++) /* the bytes and the mode, before any rename */
-    if (tmps[i][0] && chmod(tmps[i], 0444) != 0)
-      return kiln_fail_errno(KILN_EIO, errno, "chmod %s", tmps[i]);
+    if (v[i].tmp[0] && chmod(v[i].tmp, 0444) != 0)
+      return kiln_fail_errno(KILN_EIO, errno, "chmod %s", v[i].tmp);
   KILN_CHECK(sync_fs_of(c->tmp_dir));
   for (size_t i = 0; i < n; i++) {
-    if (!tmps[i][0]) continue;
-    KILN_CHECK(kiln_blob_path(path, sizeof path, c->primary.dir, digests[i]));
-    if (kiln_blob_read(c->primary.dir, digests[i], UINT64_MAX, NULL, NULL) == KILN_OK) {
-      unlink(tmps[i]); /* a good copy is there: keep it */
-      tmps[i][0] = '\0';
+    if (!v[i].tmp[0]) continue;
+    KILN_CHECK(kiln_blob_path(path, sizeof path, c->primary.dir, v[i].digest));
+    if (kiln_blob_read(c->primary.dir, v[i].digest, UINT64_MAX, NULL, NULL) == KILN_OK) {
+      unlink(v[i].tmp); /* a good copy is there: keep it */
+      v[i].tmp[0] = '\0';
       continue;
     }
-    if (snprintf(dir, sizeof dir, "%s/%.2s", c->cas_dir, digests[i]) >= (int)sizeof dir) {
+    if (snprintf(dir, sizeof dir, "%s/%.2s", c->cas_dir, v[i].digest) >= (int)sizeof dir) {
       rc = kiln_fail(KILN_EINVAL, "path too long: %s", c->cas_dir);
       goto out;
     }
     if (access(dir, F_OK) != 0) KILN_CHECK(kiln_mkdir(dir, 0700));
-    if (rename(tmps[i], path) != 0) {
-      rc = kiln_fail_errno(KILN_EIO, errno, "move %s to %s", tmps[i], path);
+    if (rename(v[i].tmp, path) != 0) {
+      rc = kiln_fail_errno(KILN_EIO, errno, "move %s to %s", v[i].tmp, path);
       goto out;
     }
-    tmps[i][0] = '\0';
+    v[i].tmp[0] = '\0';
     moved++;
   }
   if (moved) rc = sync_fs_of(c->cas_dir); /* the renames and new folders */

@@ -1,8 +1,8 @@
 /* kiln_cache_import (include/kiln/cache.h): an archive of cache/export.c into
  * the primary layer. Two phases, so that a bad archive leaves nothing behind:
- * read and verify everything (each blob streamed into tmp/ while it is
- * hashed, each record decoded as the remote's untrusted documents are), then
- * move the blobs into cas/ and store the records in one transaction. */
+ * read and verify everything (each blob streamed into tmp/, then hashed there
+ * on every CPU; each record decoded as the remote's untrusted documents are),
+ * then move the blobs into cas/ and store the records in one transaction. */
 #include <errno.h>   /* errno */
 #include <fcntl.h>   /* open */
 #include <jansson.h> /* the manifest */
@@ -21,12 +21,6 @@
 #include "common/logging.h"
 #include "common/pool.h"
 
-typedef struct in_blob {
-  char digest[65];
-  uint64_t size;
-  char tmp[KILN_PATH_MAX]; /* verified bytes, under the cache's tmp/ */
-} in_blob;
-
 typedef struct in_archive {
   kiln_tar_reader r;
   int version;
@@ -34,7 +28,7 @@ typedef struct in_archive {
   kiln_sha256 *sum;                  /* of the stream (kiln_tar_reader.sum until the last member) */
   int summed;                        /* the last member was read and matched */
   unsigned char *buf;                /* CHUNK bytes for the blobs' data */
-  in_blob *blobs;
+  kiln_blob_file *blobs;
   size_t n_blobs, cap_blobs;
   kiln_record *recs;
   size_t n_recs, cap_recs;
@@ -123,12 +117,12 @@ out:
   return rc;
 }
 
-/* cas/<digest>: streamed into tmp/ while hashed; the hash must be the name. */
-#define CHUNK (1u << 20) /* one read, hash and write */
+/* cas/<digest>: streamed into tmp/ (verify_blobs hashes it there). */
+#define CHUNK (1u << 20) /* one read and write */
 
 static kiln_status read_blob(in_archive *a, kiln_cache *c, const char *digest, uint64_t size) {
   unsigned char *buf = a->buf;
-  in_blob *b;
+  kiln_blob_file *b;
   size_t n;
   kiln_status rc;
   int fd = -1;
@@ -169,41 +163,36 @@ out:
 /* Hashing is most of an import's CPU: the blobs written to tmp/ are hashed
  * afterwards, from their pages, on every CPU. */
 typedef struct verify_job {
-  const in_blob *blobs;
+  const kiln_blob_file *blobs;
   kiln_status *rc;
-  char (*got)[65];
+  char (*why)[512];
 } verify_job;
 
 static void verify_one(size_t i, void *user) {
   verify_job *j = user;
-  uint8_t *data = NULL;
-  size_t len = 0;
-  j->rc[i] = kiln_read_file(j->blobs[i].tmp, &data, &len);
-  if (j->rc[i] == KILN_OK) j->rc[i] = kiln_sha256_hex(j->got[i], data, len);
-  if (j->rc[i] == KILN_OK && (len != j->blobs[i].size || strcmp(j->got[i], j->blobs[i].digest)))
-    j->rc[i] = KILN_ECORRUPT;
-  free(data);
+  j->rc[i] = kiln_blob_check(j->blobs[i].tmp, j->blobs[i].digest, j->blobs[i].size, NULL, NULL);
+  if (j->rc[i] != KILN_OK) snprintf(j->why[i], sizeof j->why[i], "%s", kiln_last_error());
 }
 
 static kiln_status verify_blobs(in_archive *a) {
   kiln_status *rcs = calloc(a->n_blobs ? a->n_blobs : 1, sizeof *rcs), rc;
-  char(*got)[65] = calloc(a->n_blobs ? a->n_blobs : 1, sizeof *got);
-  verify_job j = {a->blobs, rcs, got};
-  if (!rcs || !got) {
+  char(*why)[512] = calloc(a->n_blobs ? a->n_blobs : 1, sizeof *why);
+  verify_job j = {a->blobs, rcs, why};
+  if (!rcs || !why) {
     rc = kiln_fail(KILN_ENOMEM, "out of memory");
     goto out;
   }
   KILN_CHECK(kiln_pool_run(a->n_blobs, 0, verify_one, &j));
   for (size_t i = 0; i < a->n_blobs && rc == KILN_OK; i++)
     if (rcs[i] == KILN_ECORRUPT)
-      rc = kiln_fail(KILN_ECORRUPT, "%s: blob cas/%.12s... has other bytes (they hash to %.12s...)",
-                     a->r.what, a->blobs[i].digest, got[i]);
+      rc = kiln_fail(KILN_ECORRUPT, "%s: blob cas/%.12s... has other bytes: %s", a->r.what,
+                     a->blobs[i].digest, why[i]);
     else if (rcs[i] != KILN_OK)
-      rc = kiln_fail(rcs[i], "%s: reading back blob %.12s... from %s failed", a->r.what,
-                     a->blobs[i].digest, a->blobs[i].tmp);
+      rc = kiln_fail(rcs[i], "%s: reading back blob %.12s...: %s", a->r.what, a->blobs[i].digest,
+                     why[i]);
 out:
   free(rcs);
-  free(got);
+  free(why);
   return rc;
 }
 
@@ -301,7 +290,7 @@ static kiln_status read_archive(in_archive *a, kiln_cache *c) {
     goto out;
   }
   for (size_t i = 0; i < a->n_recs; i++) {
-    const in_blob *b = NULL;
+    const kiln_blob_file *b = NULL;
     for (size_t j = 0; j < a->n_blobs && !b; j++)
       if (strcmp(a->blobs[j].digest, a->recs[i].digest) == 0) b = &a->blobs[j];
     if (!b || b->size != a->recs[i].size) {
@@ -328,26 +317,7 @@ static kiln_status commit(in_archive *a, kiln_cache *c, kiln_cache_import_report
   }
   for (size_t i = 0; i < a->n_recs; i++)
     ptrs[i] = &a->recs[i];
-  {
-    const char **digests = calloc(a->n_blobs ? a->n_blobs : 1, sizeof *digests);
-    char(*tmps)[KILN_PATH_MAX] = calloc(a->n_blobs ? a->n_blobs : 1, sizeof *tmps);
-    if (!digests || !tmps) {
-      free(digests);
-      free(tmps);
-      rc = kiln_fail(KILN_ENOMEM, "out of memory");
-      goto out;
-    }
-    for (size_t i = 0; i < a->n_blobs; i++) {
-      digests[i] = a->blobs[i].digest;
-      memcpy(tmps[i], a->blobs[i].tmp, sizeof tmps[i]);
-    }
-    rc = kiln_blobs_adopt(c, digests, tmps, a->n_blobs);
-    for (size_t i = 0; i < a->n_blobs; i++) /* what was not moved is removed by the caller */
-      memcpy(a->blobs[i].tmp, tmps[i], sizeof tmps[i]);
-    free(digests);
-    free(tmps);
-    if (rc != KILN_OK) goto out;
-  }
+  KILN_CHECK(kiln_blobs_adopt(c, a->blobs, a->n_blobs)); /* what it leaves, the caller removes */
   /* A record whose blob a concurrent gc removed meanwhile (gc keeps blobs
    * younger than its grace period, so only a clock jump) is an error below:
    * importing again fixes it. */

@@ -43,6 +43,11 @@ kiln_status kiln_txn_end(kiln_cache *c, kiln_status rc, const char *what);
 
 /* cas/<2 hex>/<62 hex> under layer_dir. */
 kiln_status kiln_blob_path(char *out, size_t cap, const char *layer_dir, const char *digest);
+/* Reads the file at path (kiln_read_regular) and checks it has want_size
+ * bytes (UINT64_MAX: any) hashing to digest: KILN_ECORRUPT saying which
+ * differs. out may be NULL to check only. */
+kiln_status kiln_blob_check(const char *path, const char *digest, uint64_t want_size, uint8_t **out,
+                            size_t *out_size);
 /* Reads and verifies a blob; KILN_ENOTFOUND if absent, KILN_ECORRUPT (with
  * size/digest detail) if its bytes do not hash to digest. */
 kiln_status kiln_blob_read(const char *layer_dir, const char *digest, uint64_t want_size,
@@ -53,12 +58,17 @@ kiln_status kiln_blob_write(kiln_cache *c, const char *digest, const void *data,
  * digest: mode 0444, fsync, rename, fsync dir. When a copy is already there
  * the temp file is removed. */
 kiln_status kiln_blob_adopt(kiln_cache *c, const char *digest, const char *tmp_path);
+/* A blob's bytes in a temp file under the cache's tmp/. */
+typedef struct kiln_blob_file {
+  char digest[65];
+  uint64_t size;
+  char tmp[KILN_PATH_MAX]; /* "" once moved into cas/ or removed */
+} kiln_blob_file;
 /* kiln_blob_adopt for many verified temp files at once, durably with two
  * syncfs() calls (the files, then the renames) instead of an fsync per file
- * and per folder: the temp files' names are cleared ("") as they are moved
- * or found already there. */
-kiln_status kiln_blobs_adopt(kiln_cache *c, const char *const *digests, char (*tmps)[KILN_PATH_MAX],
-                             size_t n);
+ * and per folder: each tmp is cleared ("") as it is moved or found already
+ * there; what is left is the caller's to remove. */
+kiln_status kiln_blobs_adopt(kiln_cache *c, kiln_blob_file *v, size_t n);
 /* Inserts rec (created/last_used set now, layer 0) while the write lock shows
  * its blob present with rec->size bytes; KILN_ENOTFOUND when it is not (gc
  * removed it meanwhile). Clears a failure record for the key. */
