@@ -32,11 +32,11 @@ static const kiln_gpu_sym syms[] = {
  * whose run path was stripped; loading the builtins beside the library first,
  * by full path, makes NVRTC's own dlopen find them loaded. */
 static void preload_builtins(void) {
-  char path[sizeof api.path + 64];
-  const char *slash = strrchr(api.path, '/');
+  char path[sizeof api.lib.path + 64];
+  const char *slash = strrchr(api.lib.path, '/');
   if (!slash) return;
-  snprintf(path, sizeof path, "%.*s/libnvrtc-builtins.so.%d.%d", (int)(slash - api.path), api.path,
-           api.major, api.minor);
+  snprintf(path, sizeof path, "%.*s/libnvrtc-builtins.so.%d.%d", (int)(slash - api.lib.path),
+           api.lib.path, api.major, api.minor);
   if (access(path, F_OK) != 0) return;
   if (!dlopen(path, RTLD_NOW | RTLD_LOCAL)) /* kept loaded for the process, as NVRTC keeps it */
     kiln_log(KILN_LOG_DEBUG, "NVRTC: %s did not preload: %s", path, dlerror());
@@ -49,14 +49,15 @@ static kiln_status fill(const kiln_gpu_lib *lib) {
   *(void **)&version = dlsym(lib->handle, "nvrtcVersion");
   if (!version)
     return kiln_fail(lib->named ? KILN_EINVAL : KILN_ENONVRTC,
-                     "%s (%s) has no nvrtcVersion: it is not NVRTC", api.path, api.found_by);
+                     "%s (%s) has no nvrtcVersion: it is not NVRTC", api.lib.path,
+                     api.lib.found_by);
   if (version(&api.major, &api.minor) != NVRTC_SUCCESS)
-    return kiln_fail(KILN_EINVAL, "%s (%s): nvrtcVersion failed", api.path, api.found_by);
+    return kiln_fail(KILN_EINVAL, "%s (%s): nvrtcVersion failed", api.lib.path, api.lib.found_by);
   if (api.major * 100 + api.minor < KILN_NVRTC_MIN_MAJOR * 100 + KILN_NVRTC_MIN_MINOR)
     return kiln_fail(KILN_EUNSUPPORTED,
                      "NVRTC %d.%d at %s (%s) is older than %d.%d, the oldest kiln supports; "
                      "install a newer one or name it with KILN_NVRTC_LIBRARY",
-                     api.major, api.minor, api.path, api.found_by, KILN_NVRTC_MIN_MAJOR,
+                     api.major, api.minor, api.lib.path, api.lib.found_by, KILN_NVRTC_MIN_MAJOR,
                      KILN_NVRTC_MIN_MINOR);
   preload_builtins();
   return kiln_gpu_lib_bind(&api, syms, sizeof syms / sizeof *syms, lib, KILN_GPU_LIB_NVRTC, NULL,
@@ -64,18 +65,16 @@ static kiln_status fill(const kiln_gpu_lib *lib) {
 }
 
 static void load(void) {
-  kiln_gpu_lib lib;
-  load_rc = kiln_gpu_lib_open(&lib, KILN_GPU_LIB_NVRTC);
+  load_rc = kiln_gpu_lib_open(&api.lib, KILN_GPU_LIB_NVRTC);
   if (load_rc == KILN_OK) {
-    snprintf(api.path, sizeof api.path, "%s", lib.path);
-    snprintf(api.found_by, sizeof api.found_by, "%s", lib.found_by);
-    load_rc = fill(&lib);
+    load_rc = fill(&api.lib);
   }
   if (load_rc != KILN_OK) {
     snprintf(load_error, sizeof load_error, "%s", kiln_last_error());
     return; /* the library stays open: unloading one that failed a check gains nothing */
   }
-  kiln_log(KILN_LOG_INFO, "NVRTC %d.%d from %s (%s)", api.major, api.minor, api.path, api.found_by);
+  kiln_log(KILN_LOG_INFO, "NVRTC %d.%d from %s (%s)", api.major, api.minor, api.lib.path,
+           api.lib.found_by);
 }
 
 kiln_status kiln_nvrtc_get(const kiln_nvrtc_api **out) {

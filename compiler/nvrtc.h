@@ -4,6 +4,7 @@
 #define KILN_COMPILER_NVRTC_H
 
 #include "common/gpu_abi.h"
+#include "common/gpu_libs.h"
 #include "kiln/status.h"
 
 /* The oldest NVRTC kiln supports (docs/install.md): an older one is an error. */
@@ -17,8 +18,7 @@ typedef struct kiln_nvrtc_api {
 #undef KILN_SYM
   // clang-format on
   int major, minor;
-  char path[512];     /* the library that was loaded */
-  char found_by[600]; /* how (common/gpu_libs.h) */
+  kiln_gpu_lib lib; /* the library loaded, and how it was found */
 } kiln_nvrtc_api;
 
 /* The loaded table (thread-safe, loaded once, by common/gpu_libs.h's rules).

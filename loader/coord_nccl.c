@@ -31,8 +31,7 @@
 #include "loader/driver.h"  /* kiln_cuda: memory, copies, stream queries */
 
 typedef struct nccl_api {
-  char path[512];       /* the library that was loaded */
-  char found_by[600];   /* how (common/gpu_libs.h) */
+  kiln_gpu_lib lib;     /* the library loaded, and how it was found */
   int version;          /* NCCL_VERSION_CODE, 0 when ncclGetVersion is missing */
   char version_str[32]; /* "2.28.9", or "unknown" */
   // clang-format off
@@ -75,12 +74,9 @@ static const kiln_gpu_sym syms[] = {
 };
 
 static void load(void) {
-  kiln_gpu_lib lib;
-  load_rc = kiln_gpu_lib_open(&lib, KILN_GPU_LIB_NCCL);
+  load_rc = kiln_gpu_lib_open(&api.lib, KILN_GPU_LIB_NCCL);
   if (load_rc == KILN_OK) {
-    snprintf(api.path, sizeof api.path, "%s", lib.path);
-    snprintf(api.found_by, sizeof api.found_by, "%s", lib.found_by);
-    load_rc = kiln_gpu_lib_bind(&api, syms, sizeof syms / sizeof *syms, &lib, KILN_GPU_LIB_NCCL,
+    load_rc = kiln_gpu_lib_bind(&api, syms, sizeof syms / sizeof *syms, &api.lib, KILN_GPU_LIB_NCCL,
                                 NULL, NULL);
   }
   if (load_rc != KILN_OK) {
@@ -95,7 +91,7 @@ static void load(void) {
   } else {
     snprintf(api.version_str, sizeof api.version_str, "unknown");
   }
-  kiln_log(KILN_LOG_INFO, "NCCL %s from %s (%s)", api.version_str, api.path, api.found_by);
+  kiln_log(KILN_LOG_INFO, "NCCL %s from %s (%s)", api.version_str, api.lib.path, api.lib.found_by);
 }
 
 /* Fills `api`, once per process. KILN_ENOTFOUND with the reason. */
@@ -108,8 +104,8 @@ static kiln_status nccl_load(void) {
 kiln_status kiln_nccl_library(const char **path, const char **found_by, const char **version) {
   kiln_status rc = nccl_load();
   if (rc != KILN_OK) return rc;
-  *path = api.path;
-  *found_by = api.found_by;
+  *path = api.lib.path;
+  *found_by = api.lib.found_by;
   *version = api.version_str;
   return KILN_OK;
 }
@@ -119,7 +115,7 @@ KILN_API kiln_status kiln_nccl_version(int *out) {
   if (!out) return kiln_fail(KILN_EINVAL, "kiln_nccl_version: out is NULL");
   *out = 0;
   KILN_CHECK(nccl_load());
-  if (!api.version) rc = kiln_fail(KILN_ENOTFOUND, "%s has no ncclGetVersion", api.path);
+  if (!api.version) rc = kiln_fail(KILN_ENOTFOUND, "%s has no ncclGetVersion", api.lib.path);
   *out = api.version;
 out:
   return rc;
@@ -407,7 +403,7 @@ KILN_API kiln_status kiln_comm_nccl(kiln_comm **out, void *nccl_comm_, struct CU
   c->base.destroy = nccl_destroy;
   snprintf(c->base.name, sizeof c->base.name, "nccl");
   kiln_log(KILN_LOG_DEBUG, "nccl: rank %d of %d (%s), staging %zu bytes", c->base.rank,
-           c->base.size, api.path, KILN_NCCL_STAGING_BYTES);
+           c->base.size, api.lib.path, KILN_NCCL_STAGING_BYTES);
   if (!(*out = malloc(sizeof **out))) {
     rc = kiln_fail(KILN_ENOMEM, "kiln_comm_nccl: out of memory");
     goto out;

@@ -85,19 +85,16 @@ static kiln_status fill(const kiln_gpu_lib *lib) {
 }
 
 static void load(void) {
-  kiln_gpu_lib lib;
-  load_rc = kiln_gpu_lib_open(&lib, KILN_GPU_LIB_CUDA);
+  load_rc = kiln_gpu_lib_open(&api.lib, KILN_GPU_LIB_CUDA);
   if (load_rc == KILN_OK) {
-    snprintf(api.path, sizeof api.path, "%s", lib.path);
-    snprintf(api.found_by, sizeof api.found_by, "%s", lib.found_by);
-    load_rc = fill(&lib); /* kept open either way: a library that cuInit'ed may have threads */
+    load_rc = fill(&api.lib); /* kept open either way: a library that cuInit'ed may have threads */
   }
   if (load_rc != KILN_OK) {
     snprintf(load_error, sizeof load_error, "%s", kiln_last_error());
     return;
   }
   kiln_log(KILN_LOG_INFO, "CUDA driver %d.%d from %s (%s)", api.driver_version / 1000,
-           api.driver_version % 1000 / 10, api.path, api.found_by);
+           api.driver_version % 1000 / 10, api.lib.path, api.lib.found_by);
 }
 
 kiln_status kiln_cuda(const kiln_cuda_api **out) {

@@ -10,12 +10,12 @@
 #define KILN_LOADER_DRIVER_H
 
 #include "common/gpu_abi.h"
+#include "common/gpu_libs.h"
 #include "kiln/loader.h"
 #include "kiln/status.h"
 
 typedef struct kiln_cuda_api {
-  char path[512];     /* the library that was loaded */
-  char found_by[600]; /* how (common/gpu_libs.h) */
+  kiln_gpu_lib lib; /* the library loaded, and how it was found */
   int driver_version;
   // clang-format off
 #define KILN_SYM(ret, name, params) ret(*name) params;

@@ -22,7 +22,7 @@ KILN_API kiln_status kiln_library_get_info(kiln_library_info *out, kiln_library 
   case KILN_LIBRARY_CUDA: {
     const kiln_cuda_api *cu;
     if ((rc = kiln_cuda(&cu)) != KILN_OK) return rc;
-    fill(out, cu->path, cu->found_by);
+    fill(out, cu->lib.path, cu->lib.found_by);
     snprintf(out->version, sizeof out->version, "%d.%d", cu->driver_version / 1000,
              cu->driver_version % 1000 / 10);
     return KILN_OK;
@@ -30,7 +30,7 @@ KILN_API kiln_status kiln_library_get_info(kiln_library_info *out, kiln_library 
   case KILN_LIBRARY_NVRTC: {
     const kiln_nvrtc_api *nv;
     if ((rc = kiln_nvrtc_get(&nv)) != KILN_OK) return rc;
-    fill(out, nv->path, nv->found_by);
+    fill(out, nv->lib.path, nv->lib.found_by);
     snprintf(out->version, sizeof out->version, "%d.%d", nv->major, nv->minor);
     return KILN_OK;
   }
