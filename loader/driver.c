@@ -118,16 +118,30 @@ kiln_status kiln_cuda_fail(CUresult r, const char *what) {
   return kiln_fail(KILN_EDRIVER, "%s: %s (%s)", what, kiln_cuda_error_name(r), text ? text : "?");
 }
 
-/* PTX ISA by CUDA release (docs/loader.md): each release raises it. */
+/* PTX ISA by CUDA release (docs/loader.md): each release raises it. A release
+ * between two entries of one major takes the entry below it plus the
+ * difference in minor, short of the next entry (CUDA 13.x writes ISA 9.x:
+ * 13.0, 13.1 and 13.5 measured); a major newer than the table takes
+ * (major - 4).minor, the ISA of CUDA 11.0, 12.0 and 13.0. An estimate that is
+ * too high costs one refused load (UNSUPPORTED_PTX_VERSION: the next
+ * candidate); the PTX text's own .version is checked before the driver sees
+ * it. */
 int kiln_driver_ptx_isa(int v) {
   static const int table[][2] = {
       {11000, 70}, {11010, 71}, {11020, 72}, {11030, 73}, {11040, 74}, {11050, 75}, {11060, 76},
       {11070, 77}, {11080, 78}, {12000, 80}, {12010, 81}, {12020, 82}, {12030, 83}, {12040, 84},
-      {12050, 85}, {12060, 85}, {12080, 87}, {12090, 88}, {13000, 90}, {13010, 91},
+      {12050, 85}, {12060, 85}, {12080, 87}, {12090, 88}, {13000, 90}, {13010, 91}, {13050, 95},
   };
-  int isa = 0;
-  for (size_t i = 0; i < sizeof table / sizeof *table; i++)
-    if (v >= table[i][0]) isa = table[i][1];
+  const size_t n = sizeof table / sizeof *table;
+  size_t i = 0;
+  int isa, minor = v % 1000 / 10;
+  if (v < table[0][0]) return 0;
+  if (minor > 9) minor = 9; /* CUDA minors are 0..9; keeps a newer version from getting less */
+  if (v / 1000 > table[n - 1][0] / 1000) return (v / 1000 - 4) * 10 + minor;
+  while (i + 1 < n && v >= table[i + 1][0])
+    i++;
+  isa = table[i][1] + (minor - table[i][0] % 1000 / 10);
+  if (i + 1 < n && isa >= table[i + 1][1]) isa = table[i + 1][1] - 1;
   return isa;
 }
 

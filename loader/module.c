@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "loader/loader_internal.h"
+#include "loader/select.h" /* kiln_ptx_text_isa */
 
 kiln_status kiln_ctx_enter(kiln_loader *l, int *pushed) {
   CUcontext cur = NULL;
@@ -37,14 +38,6 @@ static int image_is_bad(CUresult r) {
   return r == CUDA_ERROR_INVALID_IMAGE;
 }
 
-/* ".version A.B" of a PTX text, x10; 0 if absent. */
-static int ptx_version(const char *ptx) {
-  const char *p = strstr(ptx, "\n.version ");
-  int a = 0, b = 0;
-  if (!p || sscanf(p + 10, "%d.%d", &a, &b) != 2) return 0;
-  return a * 10 + b;
-}
-
 kiln_module_attempt kiln_module_load(kiln_loader *l, kiln_unit_slot *s, const kiln_record *want,
                                      kiln_load_source src, char *err, size_t err_cap) {
   kiln_record rec;
@@ -65,7 +58,7 @@ kiln_module_attempt kiln_module_load(kiln_loader *l, kiln_unit_slot *s, const ki
     if (!z) goto out;
     blob = z;
     blob[size] = '\0';
-    isa = ptx_version((const char *)blob);
+    isa = kiln_ptx_text_isa((const char *)blob, size);
     if (isa > l->info.ptx_isa) {
       snprintf(err, err_cap, "%s: PTX ISA %d.%d is newer than the driver accepts (%d.%d)",
                rec.target, isa / 10, isa % 10, l->info.ptx_isa / 10, l->info.ptx_isa % 10);

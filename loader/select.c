@@ -13,6 +13,28 @@ int kiln_toolchain_ptx_isa(const char *toolchain) {
   return kiln_driver_ptx_isa(ma * 1000 + mi * 10);
 }
 
+int kiln_ptx_text_isa(const char *ptx, size_t len) {
+  static const char dir[] = ".version";
+  for (size_t i = 0; i < len; i++) {
+    int a = 0, b = 0, digits = 0;
+    size_t j;
+    if ((i && ptx[i - 1] != '\n') || len - i < sizeof dir ||
+        memcmp(ptx + i, dir, sizeof dir - 1) != 0)
+      continue;
+    j = i + sizeof dir - 1;
+    if (ptx[j] != ' ' && ptx[j] != '\t') continue;
+    while (j < len && (ptx[j] == ' ' || ptx[j] == '\t'))
+      j++;
+    for (; j < len && ptx[j] >= '0' && ptx[j] <= '9' && a < 100; j++, digits++)
+      a = a * 10 + (ptx[j] - '0');
+    if (!digits || j >= len || ptx[j++] != '.') return 0;
+    for (digits = 0; j < len && ptx[j] >= '0' && ptx[j] <= '9' && b < 10; j++, digits++)
+      b = b * 10 + (ptx[j] - '0');
+    return digits == 1 ? a * 10 + b : 0;
+  }
+  return 0;
+}
+
 static void note(char *why, size_t cap, const char *fmt, const char *target, int a, int b) {
   size_t len = why ? strlen(why) : 0;
   if (!why || len + 2 >= cap) return;

@@ -21,6 +21,12 @@ typedef struct kiln_candidate {
 /* The PTX ISA (x10) a toolchain id such as "nvrtc-13.0" emits; 0 if unknown. */
 int kiln_toolchain_ptx_isa(const char *toolchain);
 
+/* The PTX ISA (x10) a PTX text's first ".version A.B" directive (at the start
+ * of a line) names, reading at most len bytes; 0 when there is none or it is
+ * malformed. What the driver is refused before it sees the text (module.c)
+ * and what `kiln check`/`kiln probe` leave out (probes/coverage.c). */
+int kiln_ptx_text_isa(const char *ptx, size_t len);
+
 /* Orders the loadable records of recs[0..n) for a device of compute
  * capability cc (e.g. 90) with a driver of CUDA version driver_version (e.g.
  * 12080; it JITs PTX up to kiln_driver_ptx_isa of it, and loads nothing a

@@ -16,12 +16,22 @@
 /* Newer than any driver kiln knows: PTX of every ISA is JIT-able. */
 #define ANY_DRIVER 99990
 
-/* The record's blob is there and hashes to its digest. */
-static int blob_ok(kiln_cache *cache, const kiln_record *rec) {
+/* The record's blob is there and hashes to its digest, and, for PTX, the ISA
+ * its text names is one the driver JITs: what the loader checks before the
+ * driver sees it (loader/module.c). */
+static int blob_ok(kiln_cache *cache, const kiln_record *rec, int driver) {
   const char *dir = rec->layer == 0                         ? cache->primary.dir
                     : (size_t)rec->layer <= cache->n_layers ? cache->layers[rec->layer - 1].dir
                                                             : NULL;
-  return dir && kiln_blob_read(dir, rec->digest, rec->size, NULL, NULL) == KILN_OK;
+  uint8_t *bytes = NULL;
+  size_t len = 0;
+  int ok, ptx = strcmp(rec->kind, "ptx") == 0;
+  if (!dir) return 0;
+  ok = kiln_blob_read(dir, rec->digest, rec->size, ptx ? &bytes : NULL, ptx ? &len : NULL) ==
+       KILN_OK;
+  if (ok && ptx) ok = kiln_ptx_text_isa((const char *)bytes, len) <= kiln_driver_ptx_isa(driver);
+  free(bytes);
+  return ok;
 }
 
 static void take(kiln_coverage_item *it, const kiln_record *rec, kiln_load_source src) {
@@ -31,25 +41,21 @@ static void take(kiln_coverage_item *it, const kiln_record *rec, kiln_load_sourc
   it->layer = rec->layer;
 }
 
-/* The first candidate whose blob verifies. */
+/* The first candidate, in the loader's order, whose blob verifies. sm_XYa and
+ * compute_XY targets are covered only by themselves, under the same rules
+ * (the driver's PTX ISA, the toolkit's CUDA major). */
 static void cover(kiln_cache *cache, kiln_coverage_item *it, const kiln_target *t,
                   const kiln_record *recs, size_t n, int driver, const char *toolchain,
                   kiln_candidate *cands) {
-  size_t m;
-  if (t->kind == KILN_TARGET_PTX || t->arch_specific) { /* only itself */
-    for (size_t i = 0; i < n; i++)
-      if (strcmp(recs[i].target, it->target) == 0 && blob_ok(cache, &recs[i])) {
-        take(it, &recs[i], t->kind == KILN_TARGET_PTX ? KILN_LOAD_PTX : KILN_LOAD_EXACT);
-        return;
-      }
-    return;
-  }
-  m = kiln_select(recs, n, t->arch, driver, toolchain, cands, NULL, 0);
-  for (size_t i = 0; i < m; i++)
-    if (blob_ok(cache, cands[i].rec)) {
+  int only_itself = t->kind == KILN_TARGET_PTX || t->arch_specific;
+  size_t m = kiln_select(recs, n, t->arch, driver, toolchain, cands, NULL, 0);
+  for (size_t i = 0; i < m; i++) {
+    if (only_itself && strcmp(cands[i].rec->target, it->target) != 0) continue;
+    if (blob_ok(cache, cands[i].rec, driver)) {
       take(it, cands[i].rec, cands[i].source);
       return;
     }
+  }
 }
 
 kiln_status kiln_coverage_check(kiln_coverage **out, kiln_cache *cache, const kiln_target *targets,

@@ -58,9 +58,11 @@ typedef struct kiln_device_info {
  * usable driver. KILN_CUDA_LIBRARY names another libcuda to load. */
 KILN_API kiln_status kiln_device_count(int *out);
 KILN_API kiln_status kiln_device_get_info(kiln_device_info *out, int ordinal);
-/* The highest PTX ISA (x10) a driver of this CUDA version accepts, e.g.
- * 12080 -> 87, 13000 -> 90; a version newer than kiln knows gets the newest
- * ISA kiln knows. */
+/* The highest PTX ISA (x10) a driver of this CUDA version accepts, which is
+ * also the ISA that CUDA version's NVRTC writes: 12080 -> 87, 13000 -> 90,
+ * 13050 -> 95. A release kiln has no entry for is estimated from its major's
+ * (13020 -> 92), a newer major as (major - 4).minor (14000 -> 100); 0 before
+ * CUDA 11.0. */
 KILN_API int kiln_driver_ptx_isa(int driver_version);
 
 #define KILN_LOADER_CURRENT_CONTEXT (-1)

@@ -25,18 +25,25 @@ namespace {
 
 /* ---- configuration --------------------------------------------------------- */
 
-/* PTX ISA (x10) by driver version: the same table as kiln_driver_ptx_isa
- * (loader/driver.c), so the fake accepts what kiln believes a real driver of
- * that version accepts. */
+/* PTX ISA (x10) by driver version: the same table and estimates as
+ * kiln_driver_ptx_isa (loader/driver.c), so the fake accepts what kiln
+ * believes a real driver of that version accepts. */
 int ptx_isa_of(int v) {
   static const int table[][2] = {
       {11000, 70}, {11010, 71}, {11020, 72}, {11030, 73}, {11040, 74}, {11050, 75}, {11060, 76},
       {11070, 77}, {11080, 78}, {12000, 80}, {12010, 81}, {12020, 82}, {12030, 83}, {12040, 84},
-      {12050, 85}, {12060, 85}, {12080, 87}, {12090, 88}, {13000, 90}, {13010, 91},
+      {12050, 85}, {12060, 85}, {12080, 87}, {12090, 88}, {13000, 90}, {13010, 91}, {13050, 95},
   };
-  int isa = 0;
-  for (const auto &row : table)
-    if (v >= row[0]) isa = row[1];
+  const size_t n = sizeof table / sizeof *table;
+  size_t i = 0;
+  int isa, minor = v % 1000 / 10;
+  if (v < table[0][0]) return 0;
+  if (minor > 9) minor = 9; /* CUDA minors are 0..9; keeps a newer version from getting less */
+  if (v / 1000 > table[n - 1][0] / 1000) return (v / 1000 - 4) * 10 + minor;
+  while (i + 1 < n && v >= table[i + 1][0])
+    i++;
+  isa = table[i][1] + (minor - table[i][0] % 1000 / 10);
+  if (i + 1 < n && isa >= table[i + 1][1]) isa = table[i + 1][1] - 1;
   return isa;
 }
 
