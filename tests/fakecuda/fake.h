@@ -36,6 +36,8 @@ struct config {
   bool have_wrong;
   std::string wrong; /* KILN_FAKE_CUDA_WRONG: fnmatch glob over entry names */
   int log_fd;        /* KILN_FAKE_CUDA_LOG, or -1 */
+  bool host_memory;  /* KILN_FAKE_CUDA_HOST_MEMORY=1: a range outside every allocation is
+                        the caller's host memory (the Python tests' CPU tensors) */
 };
 
 const config &cfg();
@@ -79,7 +81,8 @@ void modules_drop_context(const context *c);
 void events_drop_context(const context *c);
 
 /* True when [p, p + n) lies inside one live allocation (of context c, when c
- * is not NULL). Lock held. */
+ * is not NULL), or, with KILN_FAKE_CUDA_HOST_MEMORY=1, overlaps none (host
+ * memory the caller owns). Lock held. */
 bool memory_covers(uintptr_t p, unsigned long long n, const context *c);
 
 /* The driver entry points, with the signatures of loader/driver.h's table

@@ -105,6 +105,14 @@ void load_config() {
       c.error = buf;
     }
   }
+  if (const char *h = getenv("KILN_FAKE_CUDA_HOST_MEMORY")) {
+    if (!strcmp(h, "1"))
+      c.host_memory = true;
+    else if (*h && strcmp(h, "0")) {
+      snprintf(buf, sizeof buf, "KILN_FAKE_CUDA_HOST_MEMORY=\"%s\": want 0 or 1", h);
+      c.error = buf;
+    }
+  }
   const char *w = getenv("KILN_FAKE_CUDA_WRONG");
   c.have_wrong = w && *w;
   c.wrong = c.have_wrong ? w : "";

@@ -70,8 +70,18 @@ static void host_drop_context(const context *c) {
 }
 
 bool memory_covers(uintptr_t p, unsigned long long n, const context *c) {
-  auto it = find(p, n ? n : 1);
-  return it != g_allocs.end() && (!c || it->second.ctx == c);
+  const unsigned long long len = n ? n : 1;
+  auto it = find(p, len);
+  if (it != g_allocs.end()) return !c || it->second.ctx == c;
+  if (!cfg().host_memory || p + len < p) return false;
+  /* host memory: the range must not touch any allocation (nor reach past one's end) */
+  auto after = g_allocs.lower_bound(p);
+  if (after != g_allocs.end() && after->first < p + len) return false;
+  if (after != g_allocs.begin()) {
+    auto before = std::prev(after);
+    if (before->first + before->second.size > p) return false;
+  }
+  return true;
 }
 
 void memory_drop_context(const context *c) {
