@@ -1,0 +1,151 @@
+"""One kiln loader per CUDA device, the unit resolve guard, streams, dtypes.
+
+The loader of device N is opened on first use (or at kiln.torch.init()) on
+that device's primary context, the one torch uses. A unit is resolved (loaded
+from the caches, or built) at init() or the first op that needs it; never
+while a CUDA graph is being captured.
+
+Test mode (``enable_cpu_tensors()``, for the CI tests only): ops accept CPU
+tensors and run them on the fake driver (tests/fakecuda), whose device
+memory is host memory. Production code keeps the CUDA-only device check.
+"""
+
+from __future__ import annotations
+
+import threading
+from ctypes import byref, c_void_p
+
+import torch
+
+from kiln import _lib
+from kiln._lib import lib
+from kiln.api import check
+from kiln.errors import KilnInvalidArgument, KilnUnsupported
+
+DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+
+# op family -> unit name (`kiln list`)
+UNITS = (
+    "scaled_softmax",
+    "scaled_masked_softmax",
+    "scaled_upper_triang_masked_softmax",
+    "layer_norm",
+    "rms_norm",
+    "embedding",
+    "bias_gelu",
+    "bias_swiglu",
+    "bias_dropout_add",
+    "rope",
+    "cross_entropy",
+)
+
+_lock = threading.Lock()
+_loaders: dict[int, c_void_p] = {}
+_resolved: set[tuple[int, str]] = set()
+_cpu_tensors = False
+
+
+def enable_cpu_tensors(on: bool = True) -> None:
+    """Test mode: ops take CPU tensors and launch on the fake driver (device 0),
+    with no stream. Only for kiln's own tests (python/tests); never in training."""
+    global _cpu_tensors
+    _cpu_tensors = on
+
+
+def cpu_tensors_enabled() -> bool:
+    return _cpu_tensors
+
+
+def ordinal(device: torch.device) -> int:
+    """The CUDA ordinal ops on this device launch on; KilnInvalidArgument for a
+    device kiln cannot run on."""
+    if device.type == "cuda":
+        return device.index if device.index is not None else torch.cuda.current_device()
+    if device.type == "cpu" and _cpu_tensors:
+        return 0
+    raise KilnInvalidArgument(
+        f"kiln.torch: tensors must be on a CUDA device, not {device.type}",
+        status="KILN_EINVAL",
+        code=-1,
+    )
+
+
+def loader(dev: int, options: _lib.kiln_loader_options | None = None) -> c_void_p:
+    """The loader of CUDA device dev, opened on first use (with options, when
+    given: kiln.torch.init passes its own)."""
+    h = _loaders.get(dev)
+    if h is not None:
+        return h
+    with _lock:
+        h = _loaders.get(dev)
+        if h is not None:
+            return h
+        opts = options or _lib.kiln_loader_options()
+        if options is None:
+            check(lib.kiln_loader_options_init(byref(opts), _lib.STRUCT_VERSIONS["kiln_loader_options"]))
+        opts.device = dev
+        h = c_void_p()
+        check(lib.kiln_loader_open(byref(h), byref(opts)))
+        _loaders[dev] = h
+        return h
+
+
+def capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def resolve(dev: int, unit: str) -> c_void_p:
+    """The loader of dev with unit loaded. Resolving inside a CUDA graph capture
+    is refused: units must be loaded by kiln.torch.init() before capturing."""
+    h = loader(dev)
+    if (dev, unit) in _resolved:
+        return h
+    if capturing():
+        raise KilnUnsupported(
+            f"kiln.torch: unit '{unit}' is not loaded yet and a CUDA graph is being captured "
+            "(loading or building kernels cannot be captured); call kiln.torch.init() before "
+            "capturing",
+            status="KILN_EUNSUPPORTED",
+            code=-12,
+        )
+    check(lib.kiln_loader_resolve(h, unit.encode()))
+    _resolved.add((dev, unit))
+    return h
+
+
+def mark_resolved(dev: int, units: list[str] | tuple[str, ...]) -> None:
+    for u in units:
+        _resolved.add((dev, u))
+
+
+def stream(t: torch.Tensor) -> int | None:
+    """The raw handle of the current stream of t's device (None: the fake
+    driver's test mode, which has no streams)."""
+    if t.device.type == "cuda":
+        return torch.cuda.current_stream(t.device).cuda_stream
+    return None
+
+
+def dtype_code(t: torch.Tensor, what: str) -> int:
+    code = DTYPES.get(t.dtype)
+    if code is None:
+        raise KilnInvalidArgument(
+            f"kiln.torch: {what} is {t.dtype}; kiln ops take float32, float16 or bfloat16",
+            status="KILN_EINVAL",
+            code=-1,
+        )
+    return code
+
+
+def ptr(t: torch.Tensor | None) -> int | None:
+    return t.data_ptr() if t is not None else None
+
+
+def close_all() -> None:
+    """Closes every loader (tests; at exit the process just ends)."""
+    with _lock:
+        for h in _loaders.values():
+            lib.kiln_loader_close(h)
+        _loaders.clear()
+        _resolved.clear()
+

@@ -1,0 +1,929 @@
+"""kiln's fused ops as torch.library custom ops (namespace ``kiln::``).
+
+Each op is declared once: its schema (the Python signature), the impl that
+launches kiln's C launcher on the current CUDA stream through ctypes, a fake
+(meta) impl for torch.compile / FakeTensor, and an autograd formula that
+calls the op's ``*_backward`` custom op. The public functions at the bottom
+(``kiln.torch.scaled_softmax`` ...) are shaped like torch.nn.functional.
+
+Inputs: float32, float16 or bfloat16 (weights may be float32 with 16-bit
+activations where the C API says so); token ids and targets int64. Inputs
+are made contiguous (a copy) where the op only reads them. Launch failures
+raise the KilnError subclass of kiln's status with kiln's message.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from kiln._lib import KILN_OPS_SYNC_CHECK, lib
+from kiln.api import check
+from kiln.errors import KilnInvalidArgument, KilnUnsupported
+from kiln.torch import _runtime as rt
+
+_ALIGN = 256  # workspaces: what cuMemAlloc returns
+
+
+def _bad(msg: str) -> KilnInvalidArgument:
+    return KilnInvalidArgument(msg, status="KILN_EINVAL", code=-1)
+
+
+def _c(t: Tensor) -> Tensor:
+    return t if t.is_contiguous() else t.contiguous()
+
+
+def _same_dtype(op: str, x: Tensor, **others: Tensor | None) -> None:
+    for name, t in others.items():
+        if t is not None and t.dtype != x.dtype:
+            raise _bad(f"kiln.torch.{op}: {name} is {t.dtype}, x is {x.dtype}; they must match")
+        if t is not None and t.device != x.device:
+            raise _bad(f"kiln.torch.{op}: {name} is on {t.device}, x on {x.device}")
+
+
+def _rows_cols(op: str, x: Tensor) -> tuple[int, int]:
+    if x.dim() < 1 or x.shape[-1] == 0:
+        raise _bad(f"kiln.torch.{op}: x of shape {tuple(x.shape)} has no last dimension to use")
+    cols = x.shape[-1]
+    return x.numel() // cols, cols
+
+
+def _run(unit: str, x: Tensor, fn: str, *args: object) -> int:
+    """Launches lib.<fn>(loader, *args, stream) for x's device; returns the
+    loader handle for follow-up checks."""
+    dev = rt.ordinal(x.device)
+    h = rt.resolve(dev, unit)
+    check(getattr(lib, fn)(h, *args, rt.stream(x)))
+    return dev
+
+
+def _workspace(nbytes: int, like: Tensor) -> tuple[Tensor | None, int | None]:
+    """nbytes of scratch from torch's allocator, 256-byte aligned."""
+    if nbytes == 0:
+        return None, None
+    buf = torch.empty(nbytes + _ALIGN, dtype=torch.uint8, device=like.device)
+    p = buf.data_ptr()
+    return buf, p + (-p % _ALIGN)
+
+
+def _check_data(x: Tensor, dev: int) -> None:
+    """kiln_ops_check on x's stream (sync_check=True ops)."""
+    check(lib.kiln_ops_check(rt.loader(dev), rt.stream(x)))
+
+
+def check_data(device: torch.device | str | int | None = None) -> None:
+    """Raises KilnInvalidArgument with the first data error (a token id or
+    target outside the vocabulary) since the last check on this device's
+    current stream, e.g. "kiln_embedding_fwd: token id 32001 at position 17
+    is outside the vocabulary [0, 32000)"; synchronizes that stream. The CUDA
+    context keeps working either way."""
+    if device is None:
+        dev = torch.cuda.current_device() if torch.cuda.is_available() else 0
+        t = torch.empty(0, device=f"cuda:{dev}" if torch.cuda.is_available() else "cpu")
+    else:
+        d = torch.device(f"cuda:{device}" if isinstance(device, int) else device)
+        dev = rt.ordinal(d)
+        t = torch.empty(0, device=d)
+    _check_data(t, dev)
+
+
+# ---- softmax ------------------------------------------------------------------------
+
+
+@torch.library.custom_op("kiln::scaled_softmax", mutates_args=())
+def _scaled_softmax(x: Tensor, scale: float) -> Tensor:
+    x = _c(x)
+    rows, cols = _rows_cols("scaled_softmax", x)
+    y = torch.empty_like(x)
+    dt = rt.dtype_code(x, "x")
+    _run("scaled_softmax", x, "kiln_scaled_softmax_fwd", dt, y.data_ptr(), x.data_ptr(), rows, cols, scale)
+    return y
+
+
+@torch.library.custom_op("kiln::scaled_softmax_backward", mutates_args=())
+def _scaled_softmax_bwd(dy: Tensor, y: Tensor, scale: float) -> Tensor:
+    dy, y = _c(dy), _c(y)
+    rows, cols = _rows_cols("scaled_softmax", y)
+    dx = torch.empty_like(y)
+    dt = rt.dtype_code(y, "y")
+    _run("scaled_softmax", y, "kiln_scaled_softmax_bwd", dt, dx.data_ptr(), y.data_ptr(), dy.data_ptr(), rows, cols, scale)
+    return dx
+
+
+def _mask_u8(mask: Tensor) -> Tensor:
+    if mask.dtype == torch.bool:
+        return _c(mask).view(torch.uint8)
+    if mask.dtype != torch.uint8:
+        raise _bad(f"kiln.torch.scaled_masked_softmax: mask is {mask.dtype}; want bool or uint8")
+    return _c(mask)
+
+
+@torch.library.custom_op("kiln::scaled_masked_softmax", mutates_args=())
+def _scaled_masked_softmax(x: Tensor, mask: Tensor, scale: float) -> Tensor:
+    if x.dim() != 4 or mask.dim() != 4:
+        raise _bad(
+            "kiln.torch.scaled_masked_softmax: want x [b, heads, sq, sk] and mask "
+            f"[b or 1, 1, sq, sk]; got {tuple(x.shape)} and {tuple(mask.shape)}"
+        )
+    b, heads, sq, sk = x.shape
+    if mask.shape[1] != 1 or mask.shape[2:] != x.shape[2:] or mask.shape[0] not in (1, b):
+        raise _bad(
+            f"kiln.torch.scaled_masked_softmax: mask {tuple(mask.shape)} does not fit x "
+            f"{tuple(x.shape)} (want [{b} or 1, 1, {sq}, {sk}])"
+        )
+    if mask.device != x.device:
+        raise _bad(f"kiln.torch.scaled_masked_softmax: mask is on {mask.device}, x on {x.device}")
+    x, m = _c(x), _mask_u8(mask)
+    y = torch.empty_like(x)
+    dt = rt.dtype_code(x, "x")
+    _run(
+        "scaled_masked_softmax", x, "kiln_scaled_masked_softmax_fwd",
+        dt, y.data_ptr(), x.data_ptr(), m.data_ptr(), b, heads, sq, sk, m.shape[0], scale,
+    )
+    return y
+
+
+@torch.library.custom_op("kiln::scaled_masked_softmax_backward", mutates_args=())
+def _scaled_masked_softmax_bwd(dy: Tensor, y: Tensor, scale: float) -> Tensor:
+    dy, y = _c(dy), _c(y)
+    b, heads, sq, sk = y.shape
+    dx = torch.empty_like(y)
+    dt = rt.dtype_code(y, "y")
+    _run(
+        "scaled_masked_softmax", y, "kiln_scaled_masked_softmax_bwd",
+        dt, dx.data_ptr(), y.data_ptr(), dy.data_ptr(), b, heads, sq, sk, scale,
+    )
+    return dx
+
+
+@torch.library.custom_op("kiln::scaled_upper_triang_masked_softmax", mutates_args=())
+def _causal_softmax(x: Tensor, scale: float) -> Tensor:
+    if x.dim() != 3:
+        raise _bad(
+            "kiln.torch.scaled_upper_triang_masked_softmax: want x [attn_batches, sq, sk]; "
+            f"got {tuple(x.shape)}"
+        )
+    x = _c(x)
+    ab, sq, sk = x.shape
+    y = torch.empty_like(x)
+    dt = rt.dtype_code(x, "x")
+    _run(
+        "scaled_upper_triang_masked_softmax", x, "kiln_scaled_upper_triang_masked_softmax_fwd",
+        dt, y.data_ptr(), x.data_ptr(), ab, sq, sk, scale,
+    )
+    return y
+
+
+@torch.library.custom_op("kiln::scaled_upper_triang_masked_softmax_backward", mutates_args=())
+def _causal_softmax_bwd(dy: Tensor, y: Tensor, scale: float) -> Tensor:
+    dy, y = _c(dy), _c(y)
+    ab, sq, sk = y.shape
+    dx = torch.empty_like(y)
+    dt = rt.dtype_code(y, "y")
+    _run(
+        "scaled_upper_triang_masked_softmax", y, "kiln_scaled_upper_triang_masked_softmax_bwd",
+        dt, dx.data_ptr(), y.data_ptr(), dy.data_ptr(), ab, sq, sk, scale,
+    )
+    return dx
+
+
+for _op in (_scaled_softmax, _scaled_masked_softmax, _causal_softmax):
+    _op.register_fake(lambda x, *a: torch.empty_like(x))
+for _op in (_scaled_softmax_bwd, _scaled_masked_softmax_bwd, _causal_softmax_bwd):
+    _op.register_fake(lambda dy, y, scale: torch.empty_like(y))
+
+
+def _softmax_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
+    ctx.save_for_backward(output)
+    ctx.scale = inputs[-1]
+
+
+def _grads_for(bwd, n_inputs: int):  # type: ignore[no-untyped-def]
+    def backward(ctx, dy):  # type: ignore[no-untyped-def]
+        (y,) = ctx.saved_tensors
+        return (bwd(dy, y, ctx.scale),) + (None,) * (n_inputs - 1)
+
+    return backward
+
+
+_scaled_softmax.register_autograd(_grads_for(_scaled_softmax_bwd, 2), setup_context=_softmax_setup)
+_scaled_masked_softmax.register_autograd(
+    _grads_for(_scaled_masked_softmax_bwd, 3), setup_context=_softmax_setup
+)
+_causal_softmax.register_autograd(_grads_for(_causal_softmax_bwd, 2), setup_context=_softmax_setup)
+
+
+# ---- layer norm and RMSNorm ---------------------------------------------------------------
+
+
+def _norm_args(op: str, x: Tensor, weight: Tensor, bias: Tensor | None) -> tuple[int, int, int, int]:
+    rows, cols = _rows_cols(op, x)
+    if weight.shape != (cols,) or (bias is not None and bias.shape != (cols,)):
+        raise _bad(
+            f"kiln.torch.{op}: weight/bias must be [{cols}] (x's last dimension); got "
+            f"{tuple(weight.shape)}" + (f" and {tuple(bias.shape)}" if bias is not None else "")
+        )
+    if weight.dtype not in (torch.float32, x.dtype) or (bias is not None and bias.dtype != weight.dtype):
+        raise _bad(f"kiln.torch.{op}: weight and bias are float32 or x's dtype ({x.dtype}), both the same")
+    return rows, cols, rt.dtype_code(x, "x"), rt.dtype_code(weight, "weight")
+
+
+@torch.library.custom_op("kiln::layer_norm", mutates_args=())
+def _layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    rows, cols, dt, wdt = _norm_args("layer_norm", x, weight, bias)
+    x, weight, bias = _c(x), _c(weight), _c(bias)
+    y = torch.empty_like(x)
+    mean = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
+    rstd = torch.empty_like(mean)
+    _run(
+        "layer_norm", x, "kiln_layer_norm_fwd", dt, wdt, y.data_ptr(), mean.data_ptr(),
+        rstd.data_ptr(), x.data_ptr(), weight.data_ptr(), bias.data_ptr(), rows, cols, eps,
+    )
+    return y, mean, rstd
+
+
+@_layer_norm.register_fake
+def _(x, weight, bias, eps):  # type: ignore[no-untyped-def]
+    stats = x.new_empty(x.shape[:-1], dtype=torch.float32)
+    return torch.empty_like(x), stats, torch.empty_like(stats)
+
+
+@torch.library.custom_op("kiln::layer_norm_backward", mutates_args=())
+def _layer_norm_bwd(
+    dy: Tensor, x: Tensor, mean: Tensor, rstd: Tensor, weight: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    rows, cols, dt, wdt = _norm_args("layer_norm", x, weight, None)
+    dy, x, mean, rstd, weight = _c(dy), _c(x), _c(mean), _c(rstd), _c(weight)
+    dx = torch.empty_like(x)
+    dgamma = torch.empty_like(weight)
+    dbeta = torch.empty_like(weight)
+    nbytes = lib.kiln_layer_norm_bwd_workspace_size(rows, cols)
+    ws, wp = _workspace(nbytes, x)
+    _run(
+        "layer_norm", x, "kiln_layer_norm_bwd", dt, wdt, dx.data_ptr(), dgamma.data_ptr(),
+        dbeta.data_ptr(), dy.data_ptr(), x.data_ptr(), mean.data_ptr(), rstd.data_ptr(),
+        weight.data_ptr(), rows, cols, wp, nbytes,
+    )
+    del ws
+    return dx, dgamma, dbeta
+
+
+@_layer_norm_bwd.register_fake
+def _(dy, x, mean, rstd, weight):  # type: ignore[no-untyped-def]
+    return torch.empty_like(x), torch.empty_like(weight), torch.empty_like(weight)
+
+
+def _layer_norm_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
+    x, weight, _, _ = inputs
+    _, mean, rstd = output
+    ctx.save_for_backward(x, weight, mean, rstd)
+
+
+def _layer_norm_grad(ctx, dy, _dmean, _drstd):  # type: ignore[no-untyped-def]
+    x, weight, mean, rstd = ctx.saved_tensors
+    dx, dgamma, dbeta = _layer_norm_bwd(dy, x, mean, rstd, weight)
+    return dx, dgamma, dbeta, None
+
+
+_layer_norm.register_autograd(_layer_norm_grad, setup_context=_layer_norm_setup)
+
+
+@torch.library.custom_op("kiln::rms_norm", mutates_args=())
+def _rms_norm(x: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    rows, cols, dt, wdt = _norm_args("rms_norm", x, weight, None)
+    x, weight = _c(x), _c(weight)
+    y = torch.empty_like(x)
+    rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
+    _run(
+        "rms_norm", x, "kiln_rms_norm_fwd", dt, wdt, y.data_ptr(), rstd.data_ptr(), x.data_ptr(),
+        weight.data_ptr(), rows, cols, eps,
+    )
+    return y, rstd
+
+
+@_rms_norm.register_fake
+def _(x, weight, eps):  # type: ignore[no-untyped-def]
+    return torch.empty_like(x), x.new_empty(x.shape[:-1], dtype=torch.float32)
+
+
+@torch.library.custom_op("kiln::rms_norm_backward", mutates_args=())
+def _rms_norm_bwd(dy: Tensor, x: Tensor, rstd: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
+    rows, cols, dt, wdt = _norm_args("rms_norm", x, weight, None)
+    dy, x, rstd, weight = _c(dy), _c(x), _c(rstd), _c(weight)
+    dx = torch.empty_like(x)
+    dgamma = torch.empty_like(weight)
+    nbytes = lib.kiln_rms_norm_bwd_workspace_size(rows, cols)
+    ws, wp = _workspace(nbytes, x)
+    _run(
+        "rms_norm", x, "kiln_rms_norm_bwd", dt, wdt, dx.data_ptr(), dgamma.data_ptr(),
+        dy.data_ptr(), x.data_ptr(), rstd.data_ptr(), weight.data_ptr(), rows, cols, wp, nbytes,
+    )
+    del ws
+    return dx, dgamma
+
+
+@_rms_norm_bwd.register_fake
+def _(dy, x, rstd, weight):  # type: ignore[no-untyped-def]
+    return torch.empty_like(x), torch.empty_like(weight)
+
+
+def _rms_norm_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
+    ctx.save_for_backward(inputs[0], inputs[1], output[1])
+
+
+def _rms_norm_grad(ctx, dy, _drstd):  # type: ignore[no-untyped-def]
+    x, weight, rstd = ctx.saved_tensors
+    dx, dgamma = _rms_norm_bwd(dy, x, rstd, weight)
+    return dx, dgamma, None
+
+
+_rms_norm.register_autograd(_rms_norm_grad, setup_context=_rms_norm_setup)
+
+
+# ---- embedding ---------------------------------------------------------------------------
+
+
+def _ids(op: str, ids: Tensor, like: Tensor) -> Tensor:
+    if ids.dtype != torch.int64:
+        raise _bad(f"kiln.torch.{op}: token ids/targets are {ids.dtype}; want int64")
+    if ids.device != like.device:
+        raise _bad(f"kiln.torch.{op}: ids are on {ids.device}, the weights/logits on {like.device}")
+    return _c(ids)
+
+
+@torch.library.custom_op("kiln::embedding", mutates_args=())
+def _embedding(ids: Tensor, weight: Tensor, vocab_start: int, vocab_size: int, sync_check: bool) -> Tensor:
+    if weight.dim() != 2:
+        raise _bad(f"kiln.torch.embedding: weight must be [vocab_part, hidden]; got {tuple(weight.shape)}")
+    ids, weight = _ids("embedding", ids, weight), _c(weight)
+    part, hidden = weight.shape
+    y = weight.new_empty((*ids.shape, hidden))
+    dt = rt.dtype_code(weight, "weight")
+    flags = KILN_OPS_SYNC_CHECK if sync_check else 0
+    _run(
+        "embedding", weight, "kiln_embedding_fwd", dt, y.data_ptr(), ids.data_ptr(),
+        weight.data_ptr(), ids.numel(), hidden, vocab_start, vocab_start + part, vocab_size, flags,
+    )
+    return y
+
+
+@_embedding.register_fake
+def _(ids, weight, vocab_start, vocab_size, sync_check):  # type: ignore[no-untyped-def]
+    return weight.new_empty((*ids.shape, weight.shape[1]))
+
+
+@torch.library.custom_op("kiln::embedding_backward", mutates_args=())
+def _embedding_bwd(
+    dy: Tensor, ids: Tensor, vocab_part: int, vocab_start: int, deterministic: bool
+) -> Tensor:
+    dy, ids = _c(dy), _ids("embedding", ids, dy)
+    hidden = dy.shape[-1]
+    dweight = torch.zeros((vocab_part, hidden), dtype=torch.float32, device=dy.device)
+    vend = vocab_start + vocab_part
+    nbytes = lib.kiln_embedding_bwd_workspace_size(ids.numel(), vocab_start, vend, int(deterministic))
+    ws, wp = _workspace(nbytes, dy)
+    dt = rt.dtype_code(dy, "dy")
+    _run(
+        "embedding", dy, "kiln_embedding_bwd", dt, dweight.data_ptr(), dy.data_ptr(), ids.data_ptr(),
+        ids.numel(), hidden, vocab_start, vend, int(deterministic), wp, nbytes,
+    )
+    del ws
+    return dweight
+
+
+@_embedding_bwd.register_fake
+def _(dy, ids, vocab_part, vocab_start, deterministic):  # type: ignore[no-untyped-def]
+    return dy.new_empty((vocab_part, dy.shape[-1]), dtype=torch.float32)
+
+
+def _embedding_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
+    ids, weight, vocab_start, _, _ = inputs
+    ctx.save_for_backward(ids)
+    ctx.vocab_start, ctx.part, ctx.wdtype = vocab_start, weight.shape[0], weight.dtype
+
+
+def _embedding_grad(ctx, dy):  # type: ignore[no-untyped-def]
+    (ids,) = ctx.saved_tensors
+    dweight = _embedding_bwd(dy, ids, ctx.part, ctx.vocab_start, True)
+    return None, dweight.to(ctx.wdtype), None, None, None
+
+
+_embedding.register_autograd(_embedding_grad, setup_context=_embedding_setup)
+
+
+# ---- bias + GeLU, bias + SwiGLU ---------------------------------------------------------------
+
+
+def _bias_check(op: str, x: Tensor, bias: Tensor | None, cols: int) -> None:
+    _same_dtype(op, x, bias=bias)
+    if bias is not None and bias.shape != (cols,):
+        raise _bad(f"kiln.torch.{op}: bias must be [{cols}]; got {tuple(bias.shape)}")
+
+
+@torch.library.custom_op("kiln::bias_gelu", mutates_args=())
+def _bias_gelu(x: Tensor, bias: Tensor | None) -> Tensor:
+    rows, cols = _rows_cols("bias_gelu", x)
+    _bias_check("bias_gelu", x, bias, cols)
+    x = _c(x)
+    y = torch.empty_like(x)
+    bias = _c(bias) if bias is not None else None  # kept alive across the launch
+    bp = bias.data_ptr() if bias is not None else None
+    _run("bias_gelu", x, "kiln_bias_gelu_fwd", rt.dtype_code(x, "x"), y.data_ptr(), x.data_ptr(), bp, rows, cols)
+    return y
+
+
+@torch.library.custom_op("kiln::bias_gelu_backward", mutates_args=())
+def _bias_gelu_bwd(dy: Tensor, x: Tensor, bias: Tensor | None) -> Tensor:
+    rows, cols = _rows_cols("bias_gelu", x)
+    dy, x = _c(dy), _c(x)
+    dx = torch.empty_like(x)
+    bias = _c(bias) if bias is not None else None  # kept alive across the launch
+    bp = bias.data_ptr() if bias is not None else None
+    _run(
+        "bias_gelu", x, "kiln_bias_gelu_bwd", rt.dtype_code(x, "x"), dx.data_ptr(), dy.data_ptr(),
+        x.data_ptr(), bp, rows, cols,
+    )
+    return dx
+
+
+@torch.library.custom_op("kiln::bias_swiglu", mutates_args=())
+def _bias_swiglu(x: Tensor, bias: Tensor | None) -> Tensor:
+    rows, cols2 = _rows_cols("bias_swiglu", x)
+    if cols2 % 2:
+        raise _bad(f"kiln.torch.bias_swiglu: x's last dimension ({cols2}) must be even: [a | b]")
+    _bias_check("bias_swiglu", x, bias, cols2)
+    x = _c(x)
+    y = x.new_empty((*x.shape[:-1], cols2 // 2))
+    bias = _c(bias) if bias is not None else None  # kept alive across the launch
+    bp = bias.data_ptr() if bias is not None else None
+    _run(
+        "bias_swiglu", x, "kiln_bias_swiglu_fwd", rt.dtype_code(x, "x"), y.data_ptr(), x.data_ptr(),
+        bp, rows, cols2 // 2,
+    )
+    return y
+
+
+@torch.library.custom_op("kiln::bias_swiglu_backward", mutates_args=())
+def _bias_swiglu_bwd(dy: Tensor, x: Tensor, bias: Tensor | None) -> Tensor:
+    rows, cols2 = _rows_cols("bias_swiglu", x)
+    dy, x = _c(dy), _c(x)
+    dx = torch.empty_like(x)
+    bias = _c(bias) if bias is not None else None  # kept alive across the launch
+    bp = bias.data_ptr() if bias is not None else None
+    _run(
+        "bias_swiglu", x, "kiln_bias_swiglu_bwd", rt.dtype_code(x, "x"), dx.data_ptr(), dy.data_ptr(),
+        x.data_ptr(), bp, rows, cols2 // 2,
+    )
+    return dx
+
+
+_bias_gelu.register_fake(lambda x, bias: torch.empty_like(x))
+_bias_gelu_bwd.register_fake(lambda dy, x, bias: torch.empty_like(x))
+_bias_swiglu.register_fake(lambda x, bias: x.new_empty((*x.shape[:-1], x.shape[-1] // 2)))
+_bias_swiglu_bwd.register_fake(lambda dy, x, bias: torch.empty_like(x))
+
+
+def _bias_act_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
+    x, bias = inputs
+    ctx.save_for_backward(x, bias)
+
+
+def _bias_act_grad(bwd):  # type: ignore[no-untyped-def]
+    def backward(ctx, dy):  # type: ignore[no-untyped-def]
+        x, bias = ctx.saved_tensors
+        dx = bwd(dy, x, bias)
+        dbias = None
+        if bias is not None and ctx.needs_input_grad[1]:
+            dbias = dx.reshape(-1, dx.shape[-1]).sum(0, dtype=torch.float32).to(bias.dtype)
+        return dx, dbias
+
+    return backward
+
+
+_bias_gelu.register_autograd(_bias_act_grad(_bias_gelu_bwd), setup_context=_bias_act_setup)
+_bias_swiglu.register_autograd(_bias_act_grad(_bias_swiglu_bwd), setup_context=_bias_act_setup)
+
+
+# ---- bias + dropout + residual add -------------------------------------------------------------
+
+
+@torch.library.custom_op("kiln::philox_seed_offset", mutates_args=())
+def _philox_seed_offset(like: Tensor) -> Tensor:
+    """Draws (seed, offset) for one dropout call from torch's generator of
+    like's device and advances it: an int64 [2] CPU tensor. On CUDA: the
+    generator's seed and Philox offset (offset += 4, as torch's own ops step
+    it); torch.manual_seed and a restored RNG state (activation
+    recomputation) give the same pair again."""
+    if like.device.type == "cuda":
+        if rt.capturing():
+            raise KilnUnsupported(
+                "kiln.torch.bias_dropout_add: dropout cannot be captured in a CUDA graph: each "
+                "replay would repeat the captured mask, and torch's graph-safe generator state "
+                "is not reachable without a C++ extension (docs/python.md); capture with "
+                "training=False or p=0, or leave dropout outside the graph",
+                status="KILN_EUNSUPPORTED",
+                code=-12,
+            )
+        idx = like.device.index if like.device.index is not None else torch.cuda.current_device()
+        gen = torch.cuda.default_generators[idx]
+        seed, offset = gen.initial_seed(), gen.get_offset()
+        gen.set_offset(offset + 4)
+    else:
+        seed = int(torch.randint(0, 2**62, (1,)).item())
+        offset = 0
+    return torch.tensor([seed & (2**63 - 1), offset], dtype=torch.int64)
+
+
+@_philox_seed_offset.register_fake
+def _(like):  # type: ignore[no-untyped-def]
+    return torch.empty(2, dtype=torch.int64, device="cpu")
+
+
+def _dropout_args(op: str, p: float, training: bool) -> None:
+    if not 0.0 <= p < 1.0:
+        raise _bad(f"kiln.torch.{op}: p = {p}; want 0 <= p < 1")
+
+
+@torch.library.custom_op("kiln::bias_dropout_add", mutates_args=())
+def _bias_dropout_add(
+    x: Tensor, bias: Tensor | None, residual: Tensor, p: float, training: bool, seed_offset: Tensor
+) -> Tensor:
+    _dropout_args("bias_dropout_add", p, training)
+    rows, cols = _rows_cols("bias_dropout_add", x)
+    _bias_check("bias_dropout_add", x, bias, cols)
+    _same_dtype("bias_dropout_add", x, residual=residual)
+    if residual.shape != x.shape:
+        raise _bad(f"kiln.torch.bias_dropout_add: residual {tuple(residual.shape)} != x {tuple(x.shape)}")
+    seed, offset = (int(v) for v in seed_offset.tolist())
+    x, residual = _c(x), _c(residual)
+    y = torch.empty_like(x)
+    bias = _c(bias) if bias is not None else None  # kept alive across the launch
+    bp = bias.data_ptr() if bias is not None else None
+    _run(
+        "bias_dropout_add", x, "kiln_bias_dropout_add_fwd", rt.dtype_code(x, "x"), y.data_ptr(),
+        x.data_ptr(), bp, residual.data_ptr(), rows, cols, p, seed, offset, int(training),
+    )
+    return y
+
+
+@torch.library.custom_op("kiln::bias_dropout_add_backward", mutates_args=())
+def _bias_dropout_add_bwd(dy: Tensor, p: float, training: bool, seed_offset: Tensor) -> Tensor:
+    rows, cols = _rows_cols("bias_dropout_add", dy)
+    seed, offset = (int(v) for v in seed_offset.tolist())
+    dy = _c(dy)
+    dx = torch.empty_like(dy)
+    _run(
+        "bias_dropout_add", dy, "kiln_bias_dropout_add_bwd", rt.dtype_code(dy, "dy"), dx.data_ptr(),
+        dy.data_ptr(), rows, cols, p, seed, offset, int(training),
+    )
+    return dx
+
+
+_bias_dropout_add.register_fake(lambda x, bias, residual, p, training, so: torch.empty_like(x))
+_bias_dropout_add_bwd.register_fake(lambda dy, p, training, so: torch.empty_like(dy))
+
+
+def _bda_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
+    _, bias, _, p, training, so = inputs
+    ctx.save_for_backward(so)
+    ctx.p, ctx.training, ctx.has_bias = p, training, bias is not None
+    ctx.bias_dtype = bias.dtype if bias is not None else None
+
+
+def _bda_grad(ctx, dy):  # type: ignore[no-untyped-def]
+    (so,) = ctx.saved_tensors
+    dx = _bias_dropout_add_bwd(dy, ctx.p, ctx.training, so)
+    dbias = None
+    if ctx.has_bias and ctx.needs_input_grad[1]:
+        dbias = dx.reshape(-1, dx.shape[-1]).sum(0, dtype=torch.float32).to(ctx.bias_dtype)
+    return dx, dbias, dy, None, None, None
+
+
+_bias_dropout_add.register_autograd(_bda_grad, setup_context=_bda_setup)
+
+
+# ---- RoPE ------------------------------------------------------------------------------------
+
+_LAYOUTS = {"sbhd": 0, "bshd": 1}
+
+
+def _rope_shape(x: Tensor, angles: Tensor, layout: str) -> tuple[int, int, int, int, int]:
+    if layout not in _LAYOUTS:
+        raise _bad(f"kiln.torch.rope: layout '{layout}'; want 'sbhd' or 'bshd'")
+    if x.dim() != 4:
+        raise _bad(f"kiln.torch.rope: want x [{', '.join(layout)}]; got {tuple(x.shape)}")
+    s, b, h, d = x.shape if layout == "sbhd" else (x.shape[1], x.shape[0], x.shape[2], x.shape[3])
+    if angles.dtype != torch.float32 or angles.dim() != 2 or angles.shape[0] != s:
+        raise _bad(
+            f"kiln.torch.rope: angles must be float32 [s={s}, rot_dim/2]; got "
+            f"{angles.dtype} {tuple(angles.shape)}"
+        )
+    if angles.device != x.device:
+        raise _bad(f"kiln.torch.rope: angles are on {angles.device}, x on {x.device}")
+    return s, b, h, d, 2 * angles.shape[1]
+
+
+def _rope_launch(fn: str, out: Tensor, x: Tensor, angles: Tensor, layout: str, interleaved: bool) -> None:
+    s, b, h, d, rot = _rope_shape(x, angles, layout)
+    angles = _c(angles)
+    _run(
+        "rope", x, fn, rt.dtype_code(x, "x"), _LAYOUTS[layout], int(interleaved), out.data_ptr(),
+        x.data_ptr(), angles.data_ptr(), s, b, h, d, rot,
+    )
+
+
+@torch.library.custom_op("kiln::rope", mutates_args=())
+def _rope(x: Tensor, angles: Tensor, layout: str, interleaved: bool) -> Tensor:
+    x = _c(x)
+    y = torch.empty_like(x)
+    _rope_launch("kiln_rope_fwd", y, x, angles, layout, interleaved)
+    return y
+
+
+@torch.library.custom_op("kiln::rope_backward", mutates_args=())
+def _rope_bwd(dy: Tensor, angles: Tensor, layout: str, interleaved: bool) -> Tensor:
+    dy = _c(dy)
+    dx = torch.empty_like(dy)
+    _rope_launch("kiln_rope_bwd", dx, dy, angles, layout, interleaved)
+    return dx
+
+
+_rope.register_fake(lambda x, angles, layout, interleaved: torch.empty_like(x))
+_rope_bwd.register_fake(lambda dy, angles, layout, interleaved: torch.empty_like(dy))
+
+
+def _rope_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
+    _, angles, layout, interleaved = inputs
+    ctx.save_for_backward(angles)
+    ctx.layout, ctx.interleaved = layout, interleaved
+
+
+def _rope_grad(ctx, dy):  # type: ignore[no-untyped-def]
+    (angles,) = ctx.saved_tensors
+    return _rope_bwd(dy, angles, ctx.layout, ctx.interleaved), None, None, None
+
+
+_rope.register_autograd(_rope_grad, setup_context=_rope_setup)
+
+
+# ---- cross-entropy ------------------------------------------------------------------------------
+
+
+def _ce_args(logits: Tensor, target: Tensor) -> tuple[Tensor, Tensor, int, int]:
+    if logits.dim() != 2 or target.shape != logits.shape[:1]:
+        raise _bad(
+            "kiln.torch.cross_entropy: want logits [rows, vocab] and target [rows]; got "
+            f"{tuple(logits.shape)} and {tuple(target.shape)}"
+        )
+    return _c(logits), _ids("cross_entropy", target, logits), logits.shape[0], logits.shape[1]
+
+
+@torch.library.custom_op("kiln::cross_entropy", mutates_args=())
+def _cross_entropy(logits: Tensor, target: Tensor, ignore_index: int, sync_check: bool) -> tuple[Tensor, Tensor]:
+    logits, target, rows, vocab = _ce_args(logits, target)
+    loss = torch.empty(rows, dtype=torch.float32, device=logits.device)
+    lse = torch.empty_like(loss)
+    flags = KILN_OPS_SYNC_CHECK if sync_check else 0
+    _run(
+        "cross_entropy", logits, "kiln_cross_entropy_fwd", rt.dtype_code(logits, "logits"),
+        loss.data_ptr(), lse.data_ptr(), logits.data_ptr(), target.data_ptr(), rows, vocab,
+        ignore_index, flags,
+    )
+    return loss, lse
+
+
+@_cross_entropy.register_fake
+def _(logits, target, ignore_index, sync_check):  # type: ignore[no-untyped-def]
+    loss = logits.new_empty(logits.shape[:1], dtype=torch.float32)
+    return loss, torch.empty_like(loss)
+
+
+@torch.library.custom_op("kiln::cross_entropy_backward", mutates_args=())
+def _cross_entropy_bwd(
+    logits: Tensor, lse: Tensor, dloss: Tensor, target: Tensor, vocab_start: int, ignore_index: int
+) -> Tensor:
+    logits, target, rows, vocab = _ce_args(logits, target)
+    grad = logits.clone()
+    lse, dloss = _c(lse), _c(dloss)
+    _run(
+        "cross_entropy", grad, "kiln_cross_entropy_bwd", rt.dtype_code(grad, "logits"),
+        grad.data_ptr(), lse.data_ptr(), dloss.data_ptr(), target.data_ptr(), rows, vocab,
+        vocab_start, ignore_index,
+    )
+    return grad
+
+
+_cross_entropy_bwd.register_fake(lambda logits, lse, dloss, target, vs, ii: torch.empty_like(logits))
+
+
+def _ce_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
+    logits, target, ignore_index, _ = inputs
+    ctx.save_for_backward(logits, target, output[1])
+    ctx.ignore_index = ignore_index
+
+
+def _ce_grad(ctx, dloss, _dlse):  # type: ignore[no-untyped-def]
+    logits, target, lse = ctx.saved_tensors
+    dloss = dloss.to(torch.float32)
+    return _cross_entropy_bwd(logits, lse, dloss, target, 0, ctx.ignore_index), None, None, None
+
+
+_cross_entropy.register_autograd(_ce_grad, setup_context=_ce_setup)
+
+
+@torch.library.custom_op("kiln::cross_entropy_stats", mutates_args=())
+def _ce_stats(
+    logits: Tensor, target: Tensor, vocab_start: int, vocab_size: int, ignore_index: int, sync_check: bool
+) -> tuple[Tensor, Tensor, Tensor]:
+    logits, target, rows, part = _ce_args(logits, target)
+    row_max = torch.empty(rows, dtype=torch.float32, device=logits.device)
+    sumexp, tgt = torch.empty_like(row_max), torch.empty_like(row_max)
+    flags = KILN_OPS_SYNC_CHECK if sync_check else 0
+    _run(
+        "cross_entropy", logits, "kiln_cross_entropy_stats", rt.dtype_code(logits, "logits"),
+        row_max.data_ptr(), sumexp.data_ptr(), tgt.data_ptr(), logits.data_ptr(), target.data_ptr(),
+        rows, part, vocab_start, vocab_size, ignore_index, flags,
+    )
+    return row_max, sumexp, tgt
+
+
+@_ce_stats.register_fake
+def _(logits, target, vocab_start, vocab_size, ignore_index, sync_check):  # type: ignore[no-untyped-def]
+    v = logits.new_empty(logits.shape[:1], dtype=torch.float32)
+    return v, torch.empty_like(v), torch.empty_like(v)
+
+
+def _ce_tp_forward(
+    logits: Tensor, target: Tensor, ignore_index: int, group: object, vocab_start: int | None, sync_check: bool
+) -> tuple[Tensor, Tensor]:
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    part = logits.shape[-1]
+    start = rank * part if vocab_start is None else vocab_start
+    sizes = torch.tensor([part], dtype=torch.int64, device=logits.device)
+    dist.all_reduce(sizes, group=group)
+    vocab_size = int(sizes.item())
+    row_max, sumexp, tgt = _ce_stats(logits, target, start, vocab_size, ignore_index, sync_check)
+    gmax = row_max.clone()
+    dist.all_reduce(gmax, op=dist.ReduceOp.MAX, group=group)
+    dev = rt.ordinal(logits.device)
+    h = rt.resolve(dev, "cross_entropy")
+    check(
+        lib.kiln_cross_entropy_rescale(
+            h, sumexp.data_ptr(), row_max.data_ptr(), gmax.data_ptr(), row_max.numel(), rt.stream(logits)
+        )
+    )
+    dist.all_reduce(sumexp, group=group)
+    dist.all_reduce(tgt, group=group)
+    loss, lse = torch.empty_like(sumexp), torch.empty_like(sumexp)
+    target = _c(target)
+    check(
+        lib.kiln_cross_entropy_loss(
+            h, loss.data_ptr(), lse.data_ptr(), gmax.data_ptr(), sumexp.data_ptr(), tgt.data_ptr(),
+            target.data_ptr(), row_max.numel(), ignore_index, rt.stream(logits),
+        )
+    )
+    return loss, lse
+
+
+class _CrossEntropyTP(torch.autograd.Function):
+    """Vocabulary-parallel cross-entropy: three launches around three
+    all-reduces over the tensor-parallel group (include/kiln/ops.h)."""
+
+    @staticmethod
+    def forward(ctx, logits, target, ignore_index, group, vocab_start, sync_check):  # type: ignore[no-untyped-def]
+        loss, lse = _ce_tp_forward(logits, target, ignore_index, group, vocab_start, sync_check)
+        import torch.distributed as dist
+
+        start = dist.get_rank(group) * logits.shape[-1] if vocab_start is None else vocab_start
+        ctx.save_for_backward(logits, target, lse)
+        ctx.start, ctx.ignore_index = start, ignore_index
+        return loss
+
+    @staticmethod
+    def backward(ctx, dloss):  # type: ignore[no-untyped-def]
+        logits, target, lse = ctx.saved_tensors
+        g = _cross_entropy_bwd(logits, lse, dloss.to(torch.float32).contiguous(), target, ctx.start, ctx.ignore_index)
+        return g, None, None, None, None, None
+
+
+# ---- the functional API ---------------------------------------------------------------------------
+
+
+def scaled_softmax(x: Tensor, scale: float = 1.0) -> Tensor:
+    """softmax(scale * x) over the last dimension (Megatron's
+    ScaledSoftmax). x: [..., cols], float32/float16/bfloat16."""
+    return _scaled_softmax(x, float(scale))
+
+
+def scaled_masked_softmax(x: Tensor, mask: Tensor, scale: float = 1.0) -> Tensor:
+    """softmax(scale * x) with masked positions (mask != 0, True = masked)
+    excluded: x [b, heads, sq, sk], mask [b or 1, 1, sq, sk] bool or uint8.
+    A fully masked row is all zeros (torch gives NaN)."""
+    return _scaled_masked_softmax(x, mask, float(scale))
+
+
+def scaled_upper_triang_masked_softmax(x: Tensor, scale: float = 1.0) -> Tensor:
+    """Causal softmax(scale * x): x [attn_batches, sq, sk], key j > query i masked."""
+    return _causal_softmax(x, float(scale))
+
+
+def layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Tensor:
+    """F.layer_norm over the last dimension. weight, bias: [cols], float32 or x's dtype."""
+    return _layer_norm(x, weight, bias, float(eps))[0]
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-5) -> Tensor:
+    """x * rsqrt(mean(x^2) + eps) * weight over the last dimension. weight:
+    [cols], float32 or x's dtype."""
+    return _rms_norm(x, weight, float(eps))[0]
+
+
+def embedding(
+    ids: Tensor,
+    weight: Tensor,
+    vocab_start: int = 0,
+    vocab_size: int | None = None,
+    sync_check: bool = False,
+) -> Tensor:
+    """Rows of a vocabulary partition by token id: weight [vocab_part, hidden]
+    holds ids [vocab_start, vocab_start + vocab_part) of [0, vocab_size)
+    (default: the partition is the vocabulary, TP = 1). An id of another
+    partition gives a zero row (the TP all-reduce sums them). An id outside
+    [0, vocab_size) is a data error: its row is zeros and kiln.torch.check()
+    raises KilnInvalidArgument naming it (at once with sync_check=True), at
+    TP = 1 and TP > 1 alike, never a device-side assert. ids: int64 [...];
+    returns [..., hidden]. The weight gradient is deterministic."""
+    vs = vocab_start + weight.shape[0] if vocab_size is None else vocab_size
+    return _embedding(ids, weight, int(vocab_start), int(vs), bool(sync_check))
+
+
+def bias_gelu(x: Tensor, bias: Tensor | None = None) -> Tensor:
+    """gelu(x + bias, approximate="tanh"); bias [cols] or None."""
+    return _bias_gelu(x, bias)
+
+
+def bias_swiglu(x: Tensor, bias: Tensor | None = None) -> Tensor:
+    """silu(a + bias_a) * (b + bias_b) with x = [a | b] on the last dimension
+    ([..., 2c] -> [..., c]); bias [2c] or None."""
+    return _bias_swiglu(x, bias)
+
+
+def bias_dropout_add(
+    x: Tensor, bias: Tensor | None, residual: Tensor, p: float, training: bool = True
+) -> Tensor:
+    """residual + dropout(x + bias, p). The mask comes from torch's generator
+    of x's device (seed and Philox offset, advanced per call): torch.manual_seed
+    reproduces it, and a restored RNG state (activation recomputation) gives
+    the same mask; the backward regenerates it. Refused under CUDA graph
+    capture when training with p > 0 (docs/python.md)."""
+    if not training or p == 0.0:
+        so = torch.zeros(2, dtype=torch.int64)
+    else:
+        so = _philox_seed_offset(x)
+    return _bias_dropout_add(x, bias, residual, float(p), bool(training), so)
+
+
+def rope(x: Tensor, angles: Tensor, layout: str = "sbhd", interleaved: bool = False) -> Tensor:
+    """Rotary position embedding. x [s, b, h, d] ("sbhd") or [b, s, h, d]
+    ("bshd"); angles float32 [s, rot_dim / 2], the angle of each rotated pair
+    at each position. The first rot_dim features of each head are rotated:
+    pairs (i, i + rot_dim/2) (rotate-half: GPT-NeoX, Llama) or (2i, 2i+1)
+    with interleaved=True (GPT-J); the rest are copied."""
+    return _rope(x, angles, layout, bool(interleaved))
+
+
+def cross_entropy(
+    logits: Tensor,
+    target: Tensor,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    group: object | None = None,
+    vocab_start: int | None = None,
+    sync_check: bool = False,
+) -> Tensor:
+    """F.cross_entropy over logits [rows, vocab] and int64 targets [rows].
+    With a process group (tensor parallel): logits are this rank's columns of
+    the vocabulary (vocab_start default rank * vocab_part) and three small
+    all-reduces over group combine them. A target outside [0, vocab_size)
+    other than ignore_index is a data error (kiln.torch.check, or at once
+    with sync_check=True). reduction "mean" (over non-ignored rows), "sum" or
+    "none" (fp32 per row)."""
+    if reduction not in ("mean", "sum", "none"):
+        raise _bad(f"kiln.torch.cross_entropy: reduction '{reduction}'; want mean, sum or none")
+    tp = group is not None
+    if tp:
+        import torch.distributed as dist
+
+        tp = dist.get_world_size(group) > 1
+    if tp:
+        loss = _CrossEntropyTP.apply(logits, target, int(ignore_index), group, vocab_start, sync_check)
+    else:
+        loss = _cross_entropy(logits, target, int(ignore_index), bool(sync_check))[0]
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    return loss.sum() / (target != ignore_index).sum().clamp(min=1)
+
