@@ -25,6 +25,43 @@ from kiln.torch import _runtime as rt
 _ALIGN = 256  # workspaces: what cuMemAlloc returns
 
 
+_LIB = torch.library.Library("kiln", "DEF")
+
+
+class _Op:
+    """One kiln:: op: defined with the schema torch infers from fn's type
+    hints, fn registered as its CUDA kernel (and CPU, which only the fake
+    driver's test mode gets past), callable as the op. The same contract as
+    torch.library.custom_op (register_fake, register_autograd), registered
+    through torch.library.Library: its Python impl runs without custom_op's
+    per-call wrappers (bench/torch_overhead.py measures the difference)."""
+
+    def __init__(self, fn):  # type: ignore[no-untyped-def]
+        name = fn.__name__.lstrip("_")
+        try:
+            schema = torch.library.infer_schema(fn, mutates_args=())
+        except AttributeError:  # torch < 2.5
+            from torch._library.infer_schema import infer_schema
+
+            schema = infer_schema(fn, mutates_args=())
+        _LIB.define(name + schema)
+        _LIB.impl(name, fn, "CUDA")
+        _LIB.impl(name, fn, "CPU")
+        self.qualname = f"kiln::{name}"
+        self._init_fn = fn
+        self._op = getattr(getattr(torch.ops.kiln, name), "default")
+
+    def __call__(self, *args):  # type: ignore[no-untyped-def]
+        return self._op(*args)
+
+    def register_fake(self, fn):  # type: ignore[no-untyped-def]
+        torch.library.register_fake(self.qualname, fn, lib=_LIB)
+        return fn
+
+    def register_autograd(self, backward, setup_context):  # type: ignore[no-untyped-def]
+        torch.library.register_autograd(self.qualname, backward, setup_context=setup_context, lib=_LIB)
+
+
 def _bad(msg: str) -> KilnInvalidArgument:
     return KilnInvalidArgument(msg, status="KILN_EINVAL", code=-1)
 
@@ -90,7 +127,7 @@ def check_data(device: torch.device | str | int | None = None) -> None:
 # ---- softmax ------------------------------------------------------------------------
 
 
-@torch.library.custom_op("kiln::scaled_softmax", mutates_args=())
+@_Op
 def _scaled_softmax(x: Tensor, scale: float) -> Tensor:
     x = _c(x)
     rows, cols = _rows_cols("scaled_softmax", x)
@@ -100,8 +137,8 @@ def _scaled_softmax(x: Tensor, scale: float) -> Tensor:
     return y
 
 
-@torch.library.custom_op("kiln::scaled_softmax_backward", mutates_args=())
-def _scaled_softmax_bwd(dy: Tensor, y: Tensor, scale: float) -> Tensor:
+@_Op
+def _scaled_softmax_backward(dy: Tensor, y: Tensor, scale: float) -> Tensor:
     dy, y = _c(dy), _c(y)
     rows, cols = _rows_cols("scaled_softmax", y)
     dx = torch.empty_like(y)
@@ -118,7 +155,7 @@ def _mask_u8(mask: Tensor) -> Tensor:
     return _c(mask)
 
 
-@torch.library.custom_op("kiln::scaled_masked_softmax", mutates_args=())
+@_Op
 def _scaled_masked_softmax(x: Tensor, mask: Tensor, scale: float) -> Tensor:
     if x.dim() != 4 or mask.dim() != 4:
         raise _bad(
@@ -143,8 +180,8 @@ def _scaled_masked_softmax(x: Tensor, mask: Tensor, scale: float) -> Tensor:
     return y
 
 
-@torch.library.custom_op("kiln::scaled_masked_softmax_backward", mutates_args=())
-def _scaled_masked_softmax_bwd(dy: Tensor, y: Tensor, scale: float) -> Tensor:
+@_Op
+def _scaled_masked_softmax_backward(dy: Tensor, y: Tensor, scale: float) -> Tensor:
     dy, y = _c(dy), _c(y)
     b, heads, sq, sk = y.shape
     dx = torch.empty_like(y)
@@ -156,8 +193,8 @@ def _scaled_masked_softmax_bwd(dy: Tensor, y: Tensor, scale: float) -> Tensor:
     return dx
 
 
-@torch.library.custom_op("kiln::scaled_upper_triang_masked_softmax", mutates_args=())
-def _causal_softmax(x: Tensor, scale: float) -> Tensor:
+@_Op
+def _scaled_upper_triang_masked_softmax(x: Tensor, scale: float) -> Tensor:
     if x.dim() != 3:
         raise _bad(
             "kiln.torch.scaled_upper_triang_masked_softmax: want x [attn_batches, sq, sk]; "
@@ -174,8 +211,8 @@ def _causal_softmax(x: Tensor, scale: float) -> Tensor:
     return y
 
 
-@torch.library.custom_op("kiln::scaled_upper_triang_masked_softmax_backward", mutates_args=())
-def _causal_softmax_bwd(dy: Tensor, y: Tensor, scale: float) -> Tensor:
+@_Op
+def _scaled_upper_triang_masked_softmax_backward(dy: Tensor, y: Tensor, scale: float) -> Tensor:
     dy, y = _c(dy), _c(y)
     ab, sq, sk = y.shape
     dx = torch.empty_like(y)
@@ -187,9 +224,9 @@ def _causal_softmax_bwd(dy: Tensor, y: Tensor, scale: float) -> Tensor:
     return dx
 
 
-for _op in (_scaled_softmax, _scaled_masked_softmax, _causal_softmax):
+for _op in (_scaled_softmax, _scaled_masked_softmax, _scaled_upper_triang_masked_softmax):
     _op.register_fake(lambda x, *a: torch.empty_like(x))
-for _op in (_scaled_softmax_bwd, _scaled_masked_softmax_bwd, _causal_softmax_bwd):
+for _op in (_scaled_softmax_backward, _scaled_masked_softmax_backward, _scaled_upper_triang_masked_softmax_backward):
     _op.register_fake(lambda dy, y, scale: torch.empty_like(y))
 
 
@@ -206,11 +243,11 @@ def _grads_for(bwd, n_inputs: int):  # type: ignore[no-untyped-def]
     return backward
 
 
-_scaled_softmax.register_autograd(_grads_for(_scaled_softmax_bwd, 2), setup_context=_softmax_setup)
+_scaled_softmax.register_autograd(_grads_for(_scaled_softmax_backward, 2), setup_context=_softmax_setup)
 _scaled_masked_softmax.register_autograd(
-    _grads_for(_scaled_masked_softmax_bwd, 3), setup_context=_softmax_setup
+    _grads_for(_scaled_masked_softmax_backward, 3), setup_context=_softmax_setup
 )
-_causal_softmax.register_autograd(_grads_for(_causal_softmax_bwd, 2), setup_context=_softmax_setup)
+_scaled_upper_triang_masked_softmax.register_autograd(_grads_for(_scaled_upper_triang_masked_softmax_backward, 2), setup_context=_softmax_setup)
 
 
 # ---- layer norm and RMSNorm ---------------------------------------------------------------
@@ -228,7 +265,7 @@ def _norm_args(op: str, x: Tensor, weight: Tensor, bias: Tensor | None) -> tuple
     return rows, cols, rt.dtype_code(x, "x"), rt.dtype_code(weight, "weight")
 
 
-@torch.library.custom_op("kiln::layer_norm", mutates_args=())
+@_Op
 def _layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float) -> tuple[Tensor, Tensor, Tensor]:
     rows, cols, dt, wdt = _norm_args("layer_norm", x, weight, bias)
     x, weight, bias = _c(x), _c(weight), _c(bias)
@@ -248,8 +285,8 @@ def _(x, weight, bias, eps):  # type: ignore[no-untyped-def]
     return torch.empty_like(x), stats, torch.empty_like(stats)
 
 
-@torch.library.custom_op("kiln::layer_norm_backward", mutates_args=())
-def _layer_norm_bwd(
+@_Op
+def _layer_norm_backward(
     dy: Tensor, x: Tensor, mean: Tensor, rstd: Tensor, weight: Tensor
 ) -> tuple[Tensor, Tensor, Tensor]:
     rows, cols, dt, wdt = _norm_args("layer_norm", x, weight, None)
@@ -268,7 +305,7 @@ def _layer_norm_bwd(
     return dx, dgamma, dbeta
 
 
-@_layer_norm_bwd.register_fake
+@_layer_norm_backward.register_fake
 def _(dy, x, mean, rstd, weight):  # type: ignore[no-untyped-def]
     return torch.empty_like(x), torch.empty_like(weight), torch.empty_like(weight)
 
@@ -281,14 +318,14 @@ def _layer_norm_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-d
 
 def _layer_norm_grad(ctx, dy, _dmean, _drstd):  # type: ignore[no-untyped-def]
     x, weight, mean, rstd = ctx.saved_tensors
-    dx, dgamma, dbeta = _layer_norm_bwd(dy, x, mean, rstd, weight)
+    dx, dgamma, dbeta = _layer_norm_backward(dy, x, mean, rstd, weight)
     return dx, dgamma, dbeta, None
 
 
 _layer_norm.register_autograd(_layer_norm_grad, setup_context=_layer_norm_setup)
 
 
-@torch.library.custom_op("kiln::rms_norm", mutates_args=())
+@_Op
 def _rms_norm(x: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor]:
     rows, cols, dt, wdt = _norm_args("rms_norm", x, weight, None)
     x, weight = _c(x), _c(weight)
@@ -306,8 +343,8 @@ def _(x, weight, eps):  # type: ignore[no-untyped-def]
     return torch.empty_like(x), x.new_empty(x.shape[:-1], dtype=torch.float32)
 
 
-@torch.library.custom_op("kiln::rms_norm_backward", mutates_args=())
-def _rms_norm_bwd(dy: Tensor, x: Tensor, rstd: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
+@_Op
+def _rms_norm_backward(dy: Tensor, x: Tensor, rstd: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
     rows, cols, dt, wdt = _norm_args("rms_norm", x, weight, None)
     dy, x, rstd, weight = _c(dy), _c(x), _c(rstd), _c(weight)
     dx = torch.empty_like(x)
@@ -322,7 +359,7 @@ def _rms_norm_bwd(dy: Tensor, x: Tensor, rstd: Tensor, weight: Tensor) -> tuple[
     return dx, dgamma
 
 
-@_rms_norm_bwd.register_fake
+@_rms_norm_backward.register_fake
 def _(dy, x, rstd, weight):  # type: ignore[no-untyped-def]
     return torch.empty_like(x), torch.empty_like(weight)
 
@@ -333,7 +370,7 @@ def _rms_norm_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def
 
 def _rms_norm_grad(ctx, dy, _drstd):  # type: ignore[no-untyped-def]
     x, weight, rstd = ctx.saved_tensors
-    dx, dgamma = _rms_norm_bwd(dy, x, rstd, weight)
+    dx, dgamma = _rms_norm_backward(dy, x, rstd, weight)
     return dx, dgamma, None
 
 
@@ -351,7 +388,7 @@ def _ids(op: str, ids: Tensor, like: Tensor) -> Tensor:
     return _c(ids)
 
 
-@torch.library.custom_op("kiln::embedding", mutates_args=())
+@_Op
 def _embedding(ids: Tensor, weight: Tensor, vocab_start: int, vocab_size: int, sync_check: bool) -> Tensor:
     if weight.dim() != 2:
         raise _bad(f"kiln.torch.embedding: weight must be [vocab_part, hidden]; got {tuple(weight.shape)}")
@@ -372,8 +409,8 @@ def _(ids, weight, vocab_start, vocab_size, sync_check):  # type: ignore[no-unty
     return weight.new_empty((*ids.shape, weight.shape[1]))
 
 
-@torch.library.custom_op("kiln::embedding_backward", mutates_args=())
-def _embedding_bwd(
+@_Op
+def _embedding_backward(
     dy: Tensor, ids: Tensor, vocab_part: int, vocab_start: int, deterministic: bool
 ) -> Tensor:
     dy, ids = _c(dy), _ids("embedding", ids, dy)
@@ -391,7 +428,7 @@ def _embedding_bwd(
     return dweight
 
 
-@_embedding_bwd.register_fake
+@_embedding_backward.register_fake
 def _(dy, ids, vocab_part, vocab_start, deterministic):  # type: ignore[no-untyped-def]
     return dy.new_empty((vocab_part, dy.shape[-1]), dtype=torch.float32)
 
@@ -404,7 +441,7 @@ def _embedding_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-de
 
 def _embedding_grad(ctx, dy):  # type: ignore[no-untyped-def]
     (ids,) = ctx.saved_tensors
-    dweight = _embedding_bwd(dy, ids, ctx.part, ctx.vocab_start, True)
+    dweight = _embedding_backward(dy, ids, ctx.part, ctx.vocab_start, True)
     return None, dweight.to(ctx.wdtype), None, None, None
 
 
@@ -420,7 +457,7 @@ def _bias_check(op: str, x: Tensor, bias: Tensor | None, cols: int) -> None:
         raise _bad(f"kiln.torch.{op}: bias must be [{cols}]; got {tuple(bias.shape)}")
 
 
-@torch.library.custom_op("kiln::bias_gelu", mutates_args=())
+@_Op
 def _bias_gelu(x: Tensor, bias: Tensor | None) -> Tensor:
     rows, cols = _rows_cols("bias_gelu", x)
     _bias_check("bias_gelu", x, bias, cols)
@@ -432,8 +469,8 @@ def _bias_gelu(x: Tensor, bias: Tensor | None) -> Tensor:
     return y
 
 
-@torch.library.custom_op("kiln::bias_gelu_backward", mutates_args=())
-def _bias_gelu_bwd(dy: Tensor, x: Tensor, bias: Tensor | None) -> Tensor:
+@_Op
+def _bias_gelu_backward(dy: Tensor, x: Tensor, bias: Tensor | None) -> Tensor:
     rows, cols = _rows_cols("bias_gelu", x)
     dy, x = _c(dy), _c(x)
     dx = torch.empty_like(x)
@@ -446,7 +483,7 @@ def _bias_gelu_bwd(dy: Tensor, x: Tensor, bias: Tensor | None) -> Tensor:
     return dx
 
 
-@torch.library.custom_op("kiln::bias_swiglu", mutates_args=())
+@_Op
 def _bias_swiglu(x: Tensor, bias: Tensor | None) -> Tensor:
     rows, cols2 = _rows_cols("bias_swiglu", x)
     if cols2 % 2:
@@ -463,8 +500,8 @@ def _bias_swiglu(x: Tensor, bias: Tensor | None) -> Tensor:
     return y
 
 
-@torch.library.custom_op("kiln::bias_swiglu_backward", mutates_args=())
-def _bias_swiglu_bwd(dy: Tensor, x: Tensor, bias: Tensor | None) -> Tensor:
+@_Op
+def _bias_swiglu_backward(dy: Tensor, x: Tensor, bias: Tensor | None) -> Tensor:
     rows, cols2 = _rows_cols("bias_swiglu", x)
     dy, x = _c(dy), _c(x)
     dx = torch.empty_like(x)
@@ -478,9 +515,9 @@ def _bias_swiglu_bwd(dy: Tensor, x: Tensor, bias: Tensor | None) -> Tensor:
 
 
 _bias_gelu.register_fake(lambda x, bias: torch.empty_like(x))
-_bias_gelu_bwd.register_fake(lambda dy, x, bias: torch.empty_like(x))
+_bias_gelu_backward.register_fake(lambda dy, x, bias: torch.empty_like(x))
 _bias_swiglu.register_fake(lambda x, bias: x.new_empty((*x.shape[:-1], x.shape[-1] // 2)))
-_bias_swiglu_bwd.register_fake(lambda dy, x, bias: torch.empty_like(x))
+_bias_swiglu_backward.register_fake(lambda dy, x, bias: torch.empty_like(x))
 
 
 def _bias_act_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
@@ -500,14 +537,14 @@ def _bias_act_grad(bwd):  # type: ignore[no-untyped-def]
     return backward
 
 
-_bias_gelu.register_autograd(_bias_act_grad(_bias_gelu_bwd), setup_context=_bias_act_setup)
-_bias_swiglu.register_autograd(_bias_act_grad(_bias_swiglu_bwd), setup_context=_bias_act_setup)
+_bias_gelu.register_autograd(_bias_act_grad(_bias_gelu_backward), setup_context=_bias_act_setup)
+_bias_swiglu.register_autograd(_bias_act_grad(_bias_swiglu_backward), setup_context=_bias_act_setup)
 
 
 # ---- bias + dropout + residual add -------------------------------------------------------------
 
 
-@torch.library.custom_op("kiln::philox_seed_offset", mutates_args=())
+@_Op
 def _philox_seed_offset(like: Tensor) -> Tensor:
     """Draws (seed, offset) for one dropout call from torch's generator of
     like's device and advances it: an int64 [2] CPU tensor. On CUDA: the
@@ -544,7 +581,7 @@ def _dropout_args(op: str, p: float, training: bool) -> None:
         raise _bad(f"kiln.torch.{op}: p = {p}; want 0 <= p < 1")
 
 
-@torch.library.custom_op("kiln::bias_dropout_add", mutates_args=())
+@_Op
 def _bias_dropout_add(
     x: Tensor, bias: Tensor | None, residual: Tensor, p: float, training: bool, seed_offset: Tensor
 ) -> Tensor:
@@ -566,8 +603,8 @@ def _bias_dropout_add(
     return y
 
 
-@torch.library.custom_op("kiln::bias_dropout_add_backward", mutates_args=())
-def _bias_dropout_add_bwd(dy: Tensor, p: float, training: bool, seed_offset: Tensor) -> Tensor:
+@_Op
+def _bias_dropout_add_backward(dy: Tensor, p: float, training: bool, seed_offset: Tensor) -> Tensor:
     rows, cols = _rows_cols("bias_dropout_add", dy)
     seed, offset = (int(v) for v in seed_offset.tolist())
     dy = _c(dy)
@@ -580,7 +617,7 @@ def _bias_dropout_add_bwd(dy: Tensor, p: float, training: bool, seed_offset: Ten
 
 
 _bias_dropout_add.register_fake(lambda x, bias, residual, p, training, so: torch.empty_like(x))
-_bias_dropout_add_bwd.register_fake(lambda dy, p, training, so: torch.empty_like(dy))
+_bias_dropout_add_backward.register_fake(lambda dy, p, training, so: torch.empty_like(dy))
 
 
 def _bda_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
@@ -592,7 +629,7 @@ def _bda_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
 
 def _bda_grad(ctx, dy):  # type: ignore[no-untyped-def]
     (so,) = ctx.saved_tensors
-    dx = _bias_dropout_add_bwd(dy, ctx.p, ctx.training, so)
+    dx = _bias_dropout_add_backward(dy, ctx.p, ctx.training, so)
     dbias = None
     if ctx.has_bias and ctx.needs_input_grad[1]:
         dbias = dx.reshape(-1, dx.shape[-1]).sum(0, dtype=torch.float32).to(ctx.bias_dtype)
@@ -632,7 +669,7 @@ def _rope_launch(fn: str, out: Tensor, x: Tensor, angles: Tensor, layout: str, i
     )
 
 
-@torch.library.custom_op("kiln::rope", mutates_args=())
+@_Op
 def _rope(x: Tensor, angles: Tensor, layout: str, interleaved: bool) -> Tensor:
     x = _c(x)
     y = torch.empty_like(x)
@@ -640,8 +677,8 @@ def _rope(x: Tensor, angles: Tensor, layout: str, interleaved: bool) -> Tensor:
     return y
 
 
-@torch.library.custom_op("kiln::rope_backward", mutates_args=())
-def _rope_bwd(dy: Tensor, angles: Tensor, layout: str, interleaved: bool) -> Tensor:
+@_Op
+def _rope_backward(dy: Tensor, angles: Tensor, layout: str, interleaved: bool) -> Tensor:
     dy = _c(dy)
     dx = torch.empty_like(dy)
     _rope_launch("kiln_rope_bwd", dx, dy, angles, layout, interleaved)
@@ -649,7 +686,7 @@ def _rope_bwd(dy: Tensor, angles: Tensor, layout: str, interleaved: bool) -> Ten
 
 
 _rope.register_fake(lambda x, angles, layout, interleaved: torch.empty_like(x))
-_rope_bwd.register_fake(lambda dy, angles, layout, interleaved: torch.empty_like(dy))
+_rope_backward.register_fake(lambda dy, angles, layout, interleaved: torch.empty_like(dy))
 
 
 def _rope_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
@@ -660,7 +697,7 @@ def _rope_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
 
 def _rope_grad(ctx, dy):  # type: ignore[no-untyped-def]
     (angles,) = ctx.saved_tensors
-    return _rope_bwd(dy, angles, ctx.layout, ctx.interleaved), None, None, None
+    return _rope_backward(dy, angles, ctx.layout, ctx.interleaved), None, None, None
 
 
 _rope.register_autograd(_rope_grad, setup_context=_rope_setup)
@@ -678,7 +715,7 @@ def _ce_args(logits: Tensor, target: Tensor) -> tuple[Tensor, Tensor, int, int]:
     return _c(logits), _ids("cross_entropy", target, logits), logits.shape[0], logits.shape[1]
 
 
-@torch.library.custom_op("kiln::cross_entropy", mutates_args=())
+@_Op
 def _cross_entropy(logits: Tensor, target: Tensor, ignore_index: int, sync_check: bool) -> tuple[Tensor, Tensor]:
     logits, target, rows, vocab = _ce_args(logits, target)
     loss = torch.empty(rows, dtype=torch.float32, device=logits.device)
@@ -698,8 +735,8 @@ def _(logits, target, ignore_index, sync_check):  # type: ignore[no-untyped-def]
     return loss, torch.empty_like(loss)
 
 
-@torch.library.custom_op("kiln::cross_entropy_backward", mutates_args=())
-def _cross_entropy_bwd(
+@_Op
+def _cross_entropy_backward(
     logits: Tensor, lse: Tensor, dloss: Tensor, target: Tensor, vocab_start: int, ignore_index: int
 ) -> Tensor:
     logits, target, rows, vocab = _ce_args(logits, target)
@@ -713,7 +750,7 @@ def _cross_entropy_bwd(
     return grad
 
 
-_cross_entropy_bwd.register_fake(lambda logits, lse, dloss, target, vs, ii: torch.empty_like(logits))
+_cross_entropy_backward.register_fake(lambda logits, lse, dloss, target, vs, ii: torch.empty_like(logits))
 
 
 def _ce_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
@@ -725,14 +762,14 @@ def _ce_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
 def _ce_grad(ctx, dloss, _dlse):  # type: ignore[no-untyped-def]
     logits, target, lse = ctx.saved_tensors
     dloss = dloss.to(torch.float32)
-    return _cross_entropy_bwd(logits, lse, dloss, target, 0, ctx.ignore_index), None, None, None
+    return _cross_entropy_backward(logits, lse, dloss, target, 0, ctx.ignore_index), None, None, None
 
 
 _cross_entropy.register_autograd(_ce_grad, setup_context=_ce_setup)
 
 
-@torch.library.custom_op("kiln::cross_entropy_stats", mutates_args=())
-def _ce_stats(
+@_Op
+def _cross_entropy_stats(
     logits: Tensor, target: Tensor, vocab_start: int, vocab_size: int, ignore_index: int, sync_check: bool
 ) -> tuple[Tensor, Tensor, Tensor]:
     logits, target, rows, part = _ce_args(logits, target)
@@ -747,7 +784,7 @@ def _ce_stats(
     return row_max, sumexp, tgt
 
 
-@_ce_stats.register_fake
+@_cross_entropy_stats.register_fake
 def _(logits, target, vocab_start, vocab_size, ignore_index, sync_check):  # type: ignore[no-untyped-def]
     v = logits.new_empty(logits.shape[:1], dtype=torch.float32)
     return v, torch.empty_like(v), torch.empty_like(v)
@@ -764,7 +801,7 @@ def _ce_tp_forward(
     sizes = torch.tensor([part], dtype=torch.int64, device=logits.device)
     dist.all_reduce(sizes, group=group)
     vocab_size = int(sizes.item())
-    row_max, sumexp, tgt = _ce_stats(logits, target, start, vocab_size, ignore_index, sync_check)
+    row_max, sumexp, tgt = _cross_entropy_stats(logits, target, start, vocab_size, ignore_index, sync_check)
     gmax = row_max.clone()
     dist.all_reduce(gmax, op=dist.ReduceOp.MAX, group=group)
     dev = rt.ordinal(logits.device)
@@ -804,7 +841,7 @@ class _CrossEntropyTP(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dloss):  # type: ignore[no-untyped-def]
         logits, target, lse = ctx.saved_tensors
-        g = _cross_entropy_bwd(logits, lse, dloss.to(torch.float32).contiguous(), target, ctx.start, ctx.ignore_index)
+        g = _cross_entropy_backward(logits, lse, dloss.to(torch.float32).contiguous(), target, ctx.start, ctx.ignore_index)
         return g, None, None, None, None, None
 
 
@@ -826,7 +863,7 @@ def scaled_masked_softmax(x: Tensor, mask: Tensor, scale: float = 1.0) -> Tensor
 
 def scaled_upper_triang_masked_softmax(x: Tensor, scale: float = 1.0) -> Tensor:
     """Causal softmax(scale * x): x [attn_batches, sq, sk], key j > query i masked."""
-    return _causal_softmax(x, float(scale))
+    return _scaled_upper_triang_masked_softmax(x, float(scale))
 
 
 def layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Tensor:
