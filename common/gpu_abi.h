@@ -74,6 +74,8 @@ typedef enum CUdevice_attribute_enum {
 } CUdevice_attribute;
 
 typedef enum CUjit_option_enum {
+  CU_JIT_INFO_LOG_BUFFER = 3,
+  CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES = 4,
   CU_JIT_ERROR_LOG_BUFFER = 5,
   CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6,
   CU_JIT_NUM_OPTIONS = 35 /* how many options this ABI knows: a test double's bound */

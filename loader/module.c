@@ -2,6 +2,7 @@
  * a unit's slot, an entry point looked up in a loaded module, a unit
  * unloaded. The bottom of the loader's files: it calls the driver and the
  * cache, no other loader file (the layering is in loader_internal.h). */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,30 @@ static int image_is_bad(CUresult r) {
   return r == CUDA_ERROR_INVALID_IMAGE;
 }
 
+/* cuModuleLoadDataEx with the JIT's error and info logs captured: a PTX the
+ * driver's JIT refuses says why (its first lines, one line in log), not only
+ * an error code. */
+static CUresult load_with_log(kiln_loader *l, CUmodule *mod, const void *image, char *log,
+                              size_t cap) {
+  char err_buf[1024] = "", info_buf[1024] = "";
+  CUjit_option opt[4] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+                         CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES};
+  void *val[4] = {err_buf, (void *)(uintptr_t)sizeof err_buf, info_buf,
+                  (void *)(uintptr_t)sizeof info_buf};
+  CUresult r = l->cu->ModuleLoadDataEx(mod, image, 4, opt, val);
+  const char *src = err_buf[0] ? err_buf : info_buf;
+  size_t n = 0;
+  err_buf[sizeof err_buf - 1] = info_buf[sizeof info_buf - 1] = '\0';
+  for (; *src && n + 1 < cap; ++src) /* newlines become "; ", other controls spaces */
+    if (*src == '\n') {
+      if (src[1] && n + 3 < cap) log[n++] = ';', log[n++] = ' ';
+    } else {
+      log[n++] = (unsigned char)*src < 0x20 ? ' ' : *src;
+    }
+  log[n] = '\0';
+  return r;
+}
+
 kiln_module_attempt kiln_module_load(kiln_loader *l, kiln_unit_slot *s, const kiln_record *want,
                                      kiln_load_source src, char *err, size_t err_cap) {
   kiln_record rec;
@@ -47,6 +72,7 @@ kiln_module_attempt kiln_module_load(kiln_loader *l, kiln_unit_slot *s, const ki
   CUresult r = CUDA_SUCCESS;
   kiln_module_attempt a = KILN_MODULE_SKIPPED;
   int pushed = 0;
+  char jit_log[512];
   double t0 = kiln_clock_ms();
   if (kiln_cache_get(&rec, &blob, &size, l->cache, want->key) != KILN_OK) {
     snprintf(err, err_cap, "%s: %s", want->target, kiln_last_error());
@@ -69,13 +95,13 @@ kiln_module_attempt kiln_module_load(kiln_loader *l, kiln_unit_slot *s, const ki
     snprintf(err, err_cap, "%s", kiln_last_error());
     goto out;
   }
-  r = l->cu->ModuleLoadDataEx(&mod, blob, 0, NULL, NULL);
+  r = load_with_log(l, &mod, blob, jit_log, sizeof jit_log);
   kiln_ctx_leave(l, pushed);
   if (r != CUDA_SUCCESS) {
     const char *text = NULL;
     l->cu->GetErrorString(r, &text);
-    snprintf(err, err_cap, "%s (%.12s): the driver refused it: %s (%s)", rec.target, rec.digest,
-             kiln_cuda_error_name(r), text ? text : "?");
+    snprintf(err, err_cap, "%s (%.12s): the driver refused it: %s (%s)%s%s", rec.target, rec.digest,
+             kiln_cuda_error_name(r), text ? text : "?", jit_log[0] ? ": " : "", jit_log);
     if (!image_is_bad(r)) goto out;
     a = KILN_MODULE_REJECTED;
     if (rec.layer == 0) {

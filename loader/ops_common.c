@@ -112,6 +112,9 @@ kiln_status kiln_op_error_block(kiln_loader *l, CUdeviceptr *out) {
     KILN_CHECK(kiln_ctx_enter(l, &pushed));
     CU_CHECK(l->cu->MemAlloc(&p, sizeof clean_block), "allocating the op error block");
     CU_CHECK(l->cu->MemcpyHtoD(p, &clean_block, sizeof clean_block), "initialising it");
+    /* a copy from pageable memory may return before its DMA lands: wait for
+     * it, so a kernel on a non-blocking stream never sees the block unset */
+    CU_CHECK(l->cu->StreamSynchronize(NULL), "initialising it");
     __atomic_store_n(&l->op_error, p, __ATOMIC_RELEASE);
     p = 0;
   }
@@ -132,10 +135,15 @@ kiln_status kiln_ops_check(kiln_loader *l, struct CUstream_st *stream) {
   p = __atomic_load_n(&l->op_error, __ATOMIC_ACQUIRE);
   if (!p) return KILN_OK; /* no op that notes errors has run */
   KILN_CHECK(kiln_ctx_enter(l, &pushed));
+  /* Read and clear in order on the caller's stream, not with synchronous
+   * copies on the legacy stream: those do not order against a non-blocking
+   * stream (PyTorch's side streams), where a later kernel could note an error
+   * that the clear's late DMA then erases. */
+  CU_CHECK(l->cu->MemcpyDtoHAsync(&h, p, sizeof h, stream),
+           "kiln_ops_check: reading the op error block");
   CU_CHECK(l->cu->StreamSynchronize(stream), "kiln_ops_check: synchronizing the stream");
-  CU_CHECK(l->cu->MemcpyDtoH(&h, p, sizeof h), "kiln_ops_check: reading the op error block");
   if (!h.reported) goto out;
-  CU_CHECK(l->cu->MemcpyHtoD(p, &clean_block, sizeof clean_block),
+  CU_CHECK(l->cu->MemcpyHtoDAsync(p, &clean_block, sizeof clean_block, stream),
            "kiln_ops_check: clearing the op error block");
   if (h.what == OP_ERROR_TOKEN_ID)
     rc = kiln_fail(KILN_EINVAL,

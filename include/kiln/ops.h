@@ -67,8 +67,10 @@ KILN_API kiln_status kiln_scaled_upper_triang_masked_softmax_bwd(
  * KILN_OK when there was none. The CUDA context stays usable either way.
  * Ops taking `flags` check at once with KILN_OPS_SYNC_CHECK (a stream
  * synchronization per call: for tests and debugging). The device word is one
- * per loader and the check synchronizes only `stream`: check on the stream
- * the ops ran on. Such ops running at once on several streams of one loader
+ * per loader and the check synchronizes only `stream`, reading and
+ * clearing the word in order on it (never with copies on the legacy
+ * stream, which a non-blocking stream does not wait for): check on the
+ * stream the ops ran on. Such ops running at once on several streams of one loader
  * may report their errors under each other's check (never a wrong read). */
 #define KILN_OPS_SYNC_CHECK 1u
 KILN_API kiln_status kiln_ops_check(kiln_loader *l, struct CUstream_st *stream);

@@ -97,6 +97,8 @@ fresh
 KILN_FAKE_CUDA_DEVICES=90 KILN_FAKE_CUDA_REJECT=all expect_exit 1 kiln warmup --kernels 'scaled_*' --cache "$T/c" \
   --device 0
 expect_stderr_contains "the freshly built sm_90"
+# the driver's JIT error log is in the message, not only its error code
+expect_stderr_contains "CUDA_ERROR_INVALID_IMAGE (device kernel image is invalid): kiln fakecuda: cubin rejected by KILN_FAKE_CUDA_REJECT"
 expect_eq "$(grep -c '^load fail' "$T/fake.log")" 9 "refused loads: sm_90, compute_90, then the build, per unit"
 
 # ---- 16 processes on one cold cache (torchrun workers): each unit built once ----
