@@ -84,16 +84,21 @@ struct kiln_norm_stat {
   float n, m, m2;
 };
 
-/* Chan's merge, written symmetrically in (a, b) so that both lanes of a
- * butterfly step compute the same bits. */
+/* Chan's merge, symmetric in (a, b) so that both lanes of a butterfly step
+ * compute the same bits. Every product and sum is rounded explicitly
+ * (__fmul_rn / __fadd_rn are never contracted): NVRTC would otherwise fuse
+ * a.n * a.m + b.n * b.m into fma(a.n, a.m, b.n * b.m) on one lane and
+ * fma(b.n, b.m, a.n * a.m) on the other, which round differently. The rest
+ * is symmetric as written: d and -d square to the same bits. */
 __device__ __forceinline__ kiln_norm_stat kiln_norm_merge(kiln_norm_stat a, kiln_norm_stat b) {
   kiln_norm_stat r;
-  r.n = a.n + b.n;
+  r.n = __fadd_rn(a.n, b.n);
   if (r.n == 0.f) return a;
   const float inv = __fdividef(1.f, r.n);
-  const float d = b.m - a.m;
-  r.m = (a.n * a.m + b.n * b.m) * inv;
-  r.m2 = (a.m2 + b.m2) + d * d * (a.n * b.n * inv);
+  const float d = __fadd_rn(b.m, -a.m);
+  r.m = __fmul_rn(__fadd_rn(__fmul_rn(a.n, a.m), __fmul_rn(b.n, b.m)), inv);
+  r.m2 = __fadd_rn(__fadd_rn(a.m2, b.m2),
+                   __fmul_rn(__fmul_rn(d, d), __fmul_rn(__fmul_rn(a.n, b.n), inv)));
   return r;
 }
 

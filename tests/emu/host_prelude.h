@@ -279,6 +279,10 @@ inline float __fdividef(float a, float b) { return a / b; }
 inline float __frcp_rn(float x) { return 1.f / x; }
 inline float __saturatef(float x) { return x < 0.f ? 0.f : x > 1.f ? 1.f : x; }
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+/* Rounded once each and never contracted into an fma, as on the device:
+ * out of line, since contraction (-ffp-contract=fast) works within a function. */
+[[gnu::noinline]] inline float __fmul_rn(float a, float b) { return a * b; }
+[[gnu::noinline]] inline float __fadd_rn(float a, float b) { return a + b; }
 // clang-format on
 
 #endif /* KILN_EMU_HOST_PRELUDE_H */
