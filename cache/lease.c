@@ -75,6 +75,10 @@ out:
   return rc;
 }
 
+int kiln_lease_heartbeat_stale(int64_t now_ms, int64_t heartbeat_ms, int64_t stale_ms) {
+  return now_ms - heartbeat_ms > stale_ms || heartbeat_ms - now_ms > stale_ms;
+}
+
 static kiln_status peek(kiln_cache *c, const char *key, int64_t stale_ms, int ignore_record,
                         kiln_lease_state *state, lease_row *row, int *stale) {
   int done = 0;
@@ -89,7 +93,8 @@ static kiln_status peek(kiln_cache *c, const char *key, int64_t stale_ms, int ig
   }
   KILN_CHECK(read_lease(c->primary.db, key, row));
   *stale = row->present && strcmp(row->token, c->token) != 0 &&
-           (now - row->heartbeat_ms > stale_ms || holder_dead(c, row->host, row->pid));
+           (kiln_lease_heartbeat_stale(now, row->heartbeat_ms, stale_ms) ||
+            holder_dead(c, row->host, row->pid));
   *state = row->present && strcmp(row->token, c->token) != 0 && !*stale ? KILN_LEASE_HELD
                                                                         : KILN_LEASE_ACQUIRED;
 out:
@@ -133,10 +138,11 @@ kiln_status kiln_lease_try(kiln_cache *c, const char *key, const char *unit, con
   }
   if (*state == KILN_LEASE_ACQUIRED && stale)
     kiln_log(KILN_LOG_INFO,
-             "took over the build of %s %s from %s pid %ld (%s, last heartbeat %.1f s ago)", unit,
+             "took over the build of %s %s from %s pid %ld (%s, last heartbeat %.1f s %s)", unit,
              target, row.host, row.pid,
              holder_dead(c, row.host, row.pid) ? "process gone" : "stale",
-             (now - row.heartbeat_ms) / 1e3);
+             llabs(now - row.heartbeat_ms) / 1e3,
+             row.heartbeat_ms > now ? "in the future: a clock ahead" : "ago");
 out:
   return rc;
 }

@@ -51,6 +51,12 @@ typedef struct kiln_lease_info {
   int gone; /* its holder ran on this host and its pid no longer exists */
 } kiln_lease_info;
 
+/* 1 when a lease last renewed at heartbeat_ms is stale at now_ms: its
+ * heartbeat is more than stale_ms in the past, or more than stale_ms in the
+ * future (a host sharing the cache whose clock runs ahead, or a clock
+ * stepped back: without this its lease would never go stale). */
+int kiln_lease_heartbeat_stale(int64_t now_ms, int64_t heartbeat_ms, int64_t stale_ms);
+
 /* Every build lease in the primary index, ordered by unit and target.
  * *out is freed with free() (NULL when there are none). */
 kiln_status kiln_lease_list(kiln_lease_info **out, size_t *n, kiln_cache *c);

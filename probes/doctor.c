@@ -277,8 +277,8 @@ static void check_leases(doctor_ctx *x) {
   }
   for (size_t i = 0; i < n_leases; i++) {
     const kiln_lease_info *l = &leases[i];
-    double age_s = (double)(now - l->heartbeat_ms) / 1000;
-    if (!l->gone && age_s <= stale_s) {
+    const int ahead = l->heartbeat_ms - now > (int64_t)(stale_s * 1000);
+    if (!l->gone && !kiln_lease_heartbeat_stale(now, l->heartbeat_ms, (int64_t)(stale_s * 1000))) {
       live++;
       continue;
     }
@@ -286,7 +286,9 @@ static void check_leases(doctor_ctx *x) {
     if (n < sizeof list)
       n += (size_t)snprintf(list + n, sizeof list - n, "%s%s/%s held by %s pid %ld (%s)",
                             n ? ", " : "", l->unit, l->target, l->host, l->pid,
-                            l->gone ? "gone" : "no heartbeat for a while");
+                            l->gone ? "gone"
+                            : ahead ? "heartbeat in the future: that host's clock runs ahead"
+                                    : "no heartbeat for a while");
   }
   free(leases);
   snprintf(fix, sizeof fix,

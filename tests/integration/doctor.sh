@@ -76,6 +76,10 @@ index_query "$L" "INSERT INTO leases VALUES('k1', 'rope', 'sm_90', '$(hostname)'
 KILN_CUDA_LIBRARY=$NODRV expect_exit 1 kiln doctor --cache "$L"
 expect_stdout_contains "WARN  leases            1 stale build lease(s): rope/sm_90 held by $(hostname) pid 999999999"
 expect_stdout_contains "takes a stale lease over"
+ahead=$(($(date +%s%N) / 1000000 + 86400000))
+index_query "$L" "UPDATE leases SET pid = 1, host = 'another-host', heartbeat_ms = $ahead"
+KILN_CUDA_LIBRARY=$NODRV expect_exit 1 kiln doctor --cache "$L"
+expect_stdout_contains "rope/sm_90 held by another-host pid 1 (heartbeat in the future: that host's clock runs ahead)"
 
 log "quarantined blob: WARN with the count, exit 1"
 Q=$T/quar

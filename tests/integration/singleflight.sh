@@ -106,3 +106,16 @@ expect_stderr_contains "from another-host pid 1 (stale"
 ((waited_ms >= 4000)) || fail "took over a live-looking lease after $waited_ms ms (< 4 s stale timeout)"
 ((waited_ms < 4000 + 120000)) || fail "waited $waited_ms ms for a 4 s stale lease"
 log "stale lease of another host: taken over and built in $waited_ms ms"
+
+# ---- 4b. another host's lease whose heartbeat is a day in the future (its clock runs ahead) ----
+cache=$T/c4b
+new_cache "$cache"
+kiln build --arch 80 --kernels scaled_softmax --cache "$cache" >/dev/null 2>&1 || true
+ahead_ms=$(($(date +%s%N) / 1000000 + 86400000))
+index_query "$cache" "INSERT INTO leases VALUES('$key', 'scaled_softmax', 'sm_90', 'another-host',
+  1, 'cafebabe', $ahead_ms, $ahead_ms)" >/dev/null
+start=$SECONDS
+KILN_LEASE_STALE=4 KILN_BUILD_TIMEOUT=120 KILN_LOG=info expect_exit 0 kiln "${args[@]}" --cache "$cache"
+expect_eq "$(json "$OUT" '[d["built"], d["taken_over"]]')" "[1, 1]" "future heartbeat: built, taken over"
+expect_stderr_contains "in the future: a clock ahead"
+((SECONDS - start < 60)) || fail "a lease with a heartbeat a day ahead held the build $((SECONDS - start)) s"
