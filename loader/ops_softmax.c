@@ -22,6 +22,9 @@ static kiln_status launch(kiln_loader *l, const char *op, const char *unit_name,
                           struct CUstream_st *stream) {
   kiln_softmax_launch pick;
   char entry[128];
+  long long bytes;
+  kiln_status rc = kiln_op_product(op, rows, cols, (long long)kiln_dtype_size(dt), &bytes);
+  if (rc != KILN_OK) return rc; /* the tensors' byte size must fit 64 bits, as for every op */
   if (kiln_softmax_pick_launch(&pick, rows, cols) != 0)
     return kiln_fail(KILN_EINVAL, "%s: no launch for %lld x %d", op, rows, cols);
   snprintf(entry, sizeof entry, "kiln_%s_%s_%s_%s", unit_name, bwd ? "bwd" : "fwd",

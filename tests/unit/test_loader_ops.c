@@ -46,6 +46,13 @@ static void test_softmax_rejects_bad_arguments(void **state) {
   einval(kiln_scaled_masked_softmax_fwd(L, KILN_F16, p, p, m, 2147483647, 2147483647, 2147483647, 8,
                                         1, 1.0f, NULL),
          "overflow");
+  einval(kiln_scaled_softmax_fwd(L, KILN_F32, p, p, 9223372036854775807LL, 2147483647, 1.0f, NULL),
+         "overflows 64 bits");
+  einval(kiln_scaled_softmax_bwd(L, KILN_BF16, p, p, p, 4611686018427387904LL, 2, 1.0f, NULL),
+         "overflows 64 bits");
+  einval(kiln_scaled_upper_triang_masked_softmax_fwd(L, KILN_F32, p, p, 9223372036854775807LL, 2, 2,
+                                                     1.0f, NULL),
+         "overflow");
   einval(kiln_scaled_masked_softmax_bwd(L, KILN_F32, p, p, p, 2, 4, -1, 8, 1.0f, NULL), "sq = -1");
   einval(kiln_scaled_upper_triang_masked_softmax_fwd(L, KILN_F32, p, p, 0, 8, 8, 1.0f, NULL),
          "attn_batches = 0");
