@@ -264,7 +264,12 @@ kiln_status kiln_cache_open(kiln_cache **out, const kiln_cache_options *opts) {
   pthread_mutex_init(&c->lock, NULL);
   kiln_host_name(c->host, sizeof c->host);
   KILN_CHECK(new_token(c->token));
-  if (opts->dir && *opts->dir) {
+  if (opts->dir && !*opts->dir) {
+    rc = kiln_fail(KILN_EINVAL, "the cache directory is an empty path (name a directory; unset, "
+                                "KILN_CACHE_DIR or the default is used)");
+    goto out;
+  }
+  if (opts->dir) {
     if (snprintf(c->primary.dir, sizeof c->primary.dir, "%s", opts->dir) >=
         (int)sizeof c->primary.dir) {
       rc = kiln_fail(KILN_EINVAL, "cache path too long");

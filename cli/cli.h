@@ -32,6 +32,9 @@ int warmup_ranks(const warmup_ranks_opts *o);
 int cli_error(const char *verb, kiln_status st);
 /* Prints "kiln <verb>: <message>" and returns EXIT_USAGE. */
 int cli_usage_error(const char *verb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* --cache's value: *out = dir, or the usage error (2) for an empty path,
+ * which would otherwise silently mean the default cache. 0 when taken. */
+int cli_cache_arg(const char *verb, const char *dir, const char **out);
 /* Opens the cache at dir (NULL: from the environment). */
 kiln_status cli_open_cache(kiln_cache **out, const char *dir, int create);
 /* Parses a size such as 1048576, 64k, 500M, 2G or 2GiB (binary multiples).

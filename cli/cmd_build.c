@@ -178,12 +178,14 @@ int cmd_build(int argc, char **argv) {
     switch (c) {
     case 'a': arch = optarg; break;
     case 'k': glob = optarg; break;
-    case 'c': dir = optarg; break;
+    case 'c':
+      if (cli_cache_arg("build", optarg, &dir)) return EXIT_USAGE;
+      break;
     case 'j': {
       char *end = NULL;
       long j = strtol(optarg, &end, 10);
       if (!*optarg || *end || j < 1 || j > 4096)
-        return cli_usage_error("build", "-j '%s': expected a number of jobs >= 1", optarg);
+        return cli_usage_error("build", "-j '%s': expected a number of jobs in [1, 4096]", optarg);
       o.jobs = (int)j;
       break;
     }

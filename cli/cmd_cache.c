@@ -311,7 +311,9 @@ int cmd_cache(int argc, char **argv) {
   optind = 1;
   while ((ch = getopt_long(argc - 1, argv + 1, "h", longs, NULL)) != -1) {
     switch (ch) {
-    case 'c': a.dir = optarg; break;
+    case 'c':
+      if (cli_cache_arg("cache", optarg, &a.dir)) return EXIT_USAGE;
+      break;
     case 'J': a.json = 1; break;
     case 'm': a.max_size = optarg; break;
     case 'A': a.all = 1; break;

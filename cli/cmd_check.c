@@ -121,7 +121,8 @@ int cmd_check(int argc, char **argv) {
     case 'J': json = 1; break;
     case 'c':
       if (n_dirs == MAX_CACHES) return cli_usage_error("check", "at most %d --cache", MAX_CACHES);
-      dirs[n_dirs++] = optarg;
+      if (cli_cache_arg("check", optarg, &dirs[n_dirs])) return EXIT_USAGE;
+      n_dirs++;
       break;
     case 'd':
       if (!parse_driver(optarg, &driver))

@@ -77,7 +77,8 @@ int cmd_doctor(int argc, char **argv) {
     switch (c) {
     case 'c':
       if (n == MAX_CACHES) return cli_usage_error("doctor", "at most %d --cache", MAX_CACHES);
-      dirs[n++] = optarg;
+      if (cli_cache_arg("doctor", optarg, &dirs[n])) return EXIT_USAGE;
+      n++;
       break;
     case 'J': json = 1; break;
     case 'h': fputs(usage, stdout); return EXIT_OK;

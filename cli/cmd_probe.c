@@ -214,7 +214,9 @@ int cmd_probe(int argc, char **argv) {
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
     switch (c) {
-    case 'c': dir = optarg; break;
+    case 'c':
+      if (cli_cache_arg("probe", optarg, &dir)) return EXIT_USAGE;
+      break;
     case 'J': json = 1; break;
     case 'h': fputs(usage, stdout); goto usage_out;
     default:

@@ -185,7 +185,8 @@ static int ranks_main(warmup_ranks_opts *ro, int verify, const char *device, con
   if (timeout) {
     double s = strtod(timeout, &end);
     if (!*timeout || *end || !(s > 0) || s > 7 * 24 * 3600.0)
-      return cli_usage_error("warmup", "--timeout '%s': seconds, > 0", timeout);
+      return cli_usage_error("warmup", "--timeout '%s': seconds, > 0 and at most 604800 (7 days)",
+                             timeout);
     ro->timeout_s = s;
   }
   return warmup_ranks(ro);
@@ -218,7 +219,9 @@ int cmd_warmup(int argc, char **argv) {
     case 'B': heartbeat = optarg; break;
     case 'T': timeout = optarg; break;
     case 'v': w.verify = 1; break;
-    case 'c': w.dir = optarg; break;
+    case 'c':
+      if (cli_cache_arg("warmup", optarg, &w.dir)) return EXIT_USAGE;
+      break;
     case 'o': w.offline = 1; break;
     case 'J': w.json = 1; break;
     case 'k': w.kernels = optarg; break;

@@ -24,6 +24,12 @@ int cli_usage_error(const char *verb, const char *fmt, ...) {
   return EXIT_USAGE;
 }
 
+int cli_cache_arg(const char *verb, const char *dir, const char **out) {
+  if (!*dir) return cli_usage_error(verb, "--cache '': an empty path; name a directory");
+  *out = dir;
+  return 0;
+}
+
 kiln_status cli_open_cache(kiln_cache **out, const char *dir, int create) {
   kiln_cache_options o = KILN_CACHE_OPTIONS_INIT;
   o.dir = dir;

@@ -126,3 +126,19 @@ expect_stderr_contains "stray-argument"
 expect_exit 2 kiln list --bogus-flag
 expect_stderr_contains "bogus-flag"
 unchanged "unknown commands and options"
+
+log "--cache '' is an error on every command, never the default cache"
+for cmd in "build --arch 90 --kernels scaled_softmax" "cache ls" "cache verify" "check --arch 90" "doctor" \
+  "probe" "warmup --arch 90" "warmup"; do
+  # shellcheck disable=SC2086 # the command's words
+  HOME=$T/home XDG_CACHE_HOME= KILN_CACHE_DIR= expect_exit 2 kiln $cmd --cache ''
+  expect_stderr_contains "--cache '': an empty path" "kiln $cmd --cache ''"
+done
+[ ! -e "$T/home/.cache/kiln" ] || fail "--cache '' created the default cache under HOME"
+
+log "a limit is in the message that enforces it"
+expect_exit 2 kiln build -j 100000 --arch 90 --cache "$T/lim"
+expect_stderr_contains "in [1, 4096]"
+expect_exit 2 kiln warmup --arch 90 --timeout 1e308 --cache "$T/lim"
+expect_stderr_contains "at most 604800 (7 days)"
+not_created "limits" "$T/lim"

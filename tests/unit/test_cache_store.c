@@ -80,6 +80,10 @@ static void test_created_0700_and_refuses_unsafe_dirs(void **state) {
     assert_int_equal(kiln_cache_open(&c, &o), KILN_EPERM);
     assert_non_null(strstr(kiln_last_error(), "owned by uid 65534"));
   }
+  o.dir = ""; /* an empty path is refused, never taken for the default cache */
+  assert_int_equal(kiln_cache_open(&c, &o), KILN_EINVAL);
+  assert_null(c);
+  assert_non_null(strstr(kiln_last_error(), "empty path"));
 }
 
 static void test_put_get_round_trip(void **state) {
