@@ -26,9 +26,10 @@ typedef struct kiln_cache kiln_cache;
 
 /* NULL fields are taken from the environment (include/kiln/api.h). */
 typedef struct kiln_cache_options {
-  int version;         /* KILN_CACHE_OPTIONS_VERSION */
-  const char *dir;     /* primary directory ("" is KILN_EINVAL); NULL: KILN_CACHE_DIR, else
-                          $XDG_CACHE_HOME/kiln,     else ~/.cache/kiln */
+  int version; /* KILN_CACHE_OPTIONS_VERSION */
+  /* primary directory; NULL: KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else
+   * ~/.cache/kiln; "" is KILN_EINVAL */
+  const char *dir;
   const char *ro_path; /* read-only layers, colon-separated; NULL: KILN_CACHE_PATH */
   int create;          /* 1 (default): create the primary directory (0700) if missing */
   /* the remote HTTP cache (include/kiln/remote.h); NULL: from the environment
