@@ -191,6 +191,9 @@ kiln_status kiln_cache_put(kiln_cache *c, kiln_record *rec, const void *blob, si
                            const char *log, size_t log_len) {
   kiln_status rc;
   if (!c || !rec || (!blob && size)) return kiln_fail(KILN_EINVAL, "kiln_cache_put: NULL argument");
+  if (!size)
+    return kiln_fail(KILN_EINVAL, "kiln_cache_put: %s %s: a 0-byte artifact is never stored",
+                     rec->unit, rec->target);
   KILN_CHECK(kiln_sha256_hex(rec->digest, blob, size));
   rec->size = size;
   rec->log_digest[0] = '\0';

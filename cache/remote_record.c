@@ -226,8 +226,8 @@ static kiln_status get_int(json_t *o, const char *name, long long lo, long long 
 
 static kiln_status get_u64(json_t *o, const char *name, uint64_t *dst, const char *key) {
   long long x;
-  /* the one U64 field is a blob's size */
-  kiln_status rc = get_int(o, name, 0, (long long)SIZE_MAX_BLOB, &x, key);
+  /* the one U64 field is a blob's size: never 0 (no image is empty) */
+  kiln_status rc = get_int(o, name, 1, (long long)SIZE_MAX_BLOB, &x, key);
   if (rc == KILN_OK) *dst = (uint64_t)x;
   return rc;
 }

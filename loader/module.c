@@ -10,6 +10,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/logging.h"
+#include "loader/image.h"
 #include "loader/loader_internal.h"
 #include "loader/select.h" /* kiln_ptx_text_isa */
 
@@ -63,6 +64,21 @@ static CUresult load_with_log(kiln_loader *l, CUmodule *mod, const void *image, 
   return r;
 }
 
+/* A bad image: quarantined in the primary layer, skipped in a read-only one;
+ * the next candidate is tried either way. */
+static kiln_module_attempt reject(kiln_loader *l, const kiln_unit_slot *s, const kiln_record *rec,
+                                  const char *err) {
+  if (rec->layer == 0) {
+    kiln_log(KILN_LOG_WARN, "%s %s: %s; quarantined", s->unit->name, rec->target, err);
+    if (kiln_cache_quarantine(l->cache, rec->digest, err) != KILN_OK)
+      kiln_log(KILN_LOG_WARN, "%s", kiln_last_error());
+  } else {
+    kiln_log(KILN_LOG_WARN, "%s %s in read-only layer %d: %s; skipped", s->unit->name, rec->target,
+             rec->layer, err);
+  }
+  return KILN_MODULE_REJECTED;
+}
+
 kiln_module_attempt kiln_module_load(kiln_loader *l, kiln_unit_slot *s, const kiln_record *want,
                                      kiln_load_source src, char *err, size_t err_cap) {
   kiln_record rec;
@@ -91,6 +107,14 @@ kiln_module_attempt kiln_module_load(kiln_loader *l, kiln_unit_slot *s, const ki
       goto out;
     }
   }
+  /* the image's own shape first: headers pointing past its end must never
+   * reach the driver, which would read past the buffer */
+  if (kiln_image_check(blob, size, rec.kind, jit_log, sizeof jit_log) != 0) {
+    snprintf(err, err_cap, "%s (%.12s): not a loadable %s: %s", rec.target, rec.digest, rec.kind,
+             jit_log);
+    a = reject(l, s, &rec, err);
+    goto out;
+  }
   if (kiln_ctx_enter(l, &pushed) != KILN_OK) {
     snprintf(err, err_cap, "%s", kiln_last_error());
     goto out;
@@ -102,16 +126,7 @@ kiln_module_attempt kiln_module_load(kiln_loader *l, kiln_unit_slot *s, const ki
     l->cu->GetErrorString(r, &text);
     snprintf(err, err_cap, "%s (%.12s): the driver refused it: %s (%s)%s%s", rec.target, rec.digest,
              kiln_cuda_error_name(r), text ? text : "?", jit_log[0] ? ": " : "", jit_log);
-    if (!image_is_bad(r)) goto out;
-    a = KILN_MODULE_REJECTED;
-    if (rec.layer == 0) {
-      kiln_log(KILN_LOG_WARN, "%s %s: %s; quarantined", s->unit->name, rec.target, err);
-      if (kiln_cache_quarantine(l->cache, rec.digest, err) != KILN_OK)
-        kiln_log(KILN_LOG_WARN, "%s", kiln_last_error());
-    } else {
-      kiln_log(KILN_LOG_WARN, "%s %s in read-only layer %d: %s; skipped", s->unit->name, rec.target,
-               rec.layer, err);
-    }
+    if (image_is_bad(r)) a = reject(l, s, &rec, err);
     goto out;
   }
   s->module = mod;

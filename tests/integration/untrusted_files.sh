@@ -39,3 +39,22 @@ KILN_REMOTE_URL=http://127.0.0.1:9 KILN_REMOTE_TOKEN_FILE=$T/token \
   expect_exit 1 kiln build --arch 90 --kernels scaled_softmax --cache "$T/R"
 expect_stderr_contains "$T/token"
 expect_stderr_contains "not a regular file"
+
+if [[ -f ${IT_FAKECUDA:-} ]]; then
+  log "a CUBIN whose digest matches but whose ELF headers point past its end never reaches the driver"
+  copy_cache "$(fixture warm)" "$T/E"
+  b=$(blob_of "$T/E")
+  head -c 4096 "$b" >"$T/cut"
+  d=$(sha256sum "$T/cut" | cut -d' ' -f1)
+  chmod u+w "$T/E/cas"
+  mkdir -p "$(dirname "$(blob_path "$T/E" "$d")")"
+  cp "$T/cut" "$(blob_path "$T/E" "$d")"
+  index_query "$T/E" "UPDATE records SET digest = '$d', size = 4096 WHERE unit = 'scaled_softmax' AND target = 'sm_90'"
+  expect_exit 0 kiln cache verify --cache "$T/E" # the digest is right: only the image's shape is wrong
+  KILN_CUDA_LIBRARY=$IT_FAKECUDA KILN_FAKE_CUDA_DEVICES=90 KILN_FAKE_CUDA_LOG=$T/fake.log \
+    expect_exit 0 kiln warmup --kernels scaled_softmax --cache "$T/E"
+  expect_stderr_contains "not a loadable cubin: its"
+  expect_stderr_contains "quarantined"
+  expect_eq "$(grep -c "^load ok cubin sm_90 4096 " "$T/fake.log")" 0 "the cut image was handed to the driver"
+  expect_eq "$(grep -c "^load ok cubin sm_90" "$T/fake.log")" 1 "the rebuilt image loaded"
+fi

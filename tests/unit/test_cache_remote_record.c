@@ -148,6 +148,7 @@ static void test_malformed(void **state) {
       {"digest", "", "digest"},
       {"digest", "\"ABC\"", "hex"},
       {"size", "-1", "size"},
+      {"size", "0", "size"}, /* a 0-byte artifact, from any source, is refused */
       {"size", "2000000000000", "size"},
       {"size", "\"12\"", "size"},
       {"registers", "1.5", "registers"},

@@ -92,6 +92,10 @@ static void test_put_get_round_trip(void **state) {
   uint8_t *blob = NULL;
   size_t n = 0;
   fill_record(&r, "k1", "unit_a");
+  assert_int_equal(kiln_cache_put(f->c, &r, "", 0, NULL, 0),
+                   KILN_EINVAL); /* never an empty image */
+  assert_non_null(strstr(kiln_last_error(), "0-byte"));
+  assert_int_equal(kiln_cache_get(&got, NULL, NULL, f->c, r.key), KILN_ENOTFOUND);
   assert_int_equal(kiln_cache_put(f->c, &r, "artifact-bytes", 14, "log text", 8), KILN_OK);
   assert_true(kiln_is_hex64(r.digest));
   assert_true(kiln_is_hex64(r.log_digest));
