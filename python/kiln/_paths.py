@@ -4,7 +4,9 @@ ships inside the package, or ``KILN_LIBRARY`` / ``KILN_EXE`` (a build tree)."""
 from __future__ import annotations
 
 import glob
+import importlib.util
 import os
+import re
 import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -41,7 +43,38 @@ def executable_path() -> str:
     return path
 
 
+# <prefix>/lib/python3.X/site-packages/nvidia: the layout libkiln searches
+# under KILN_PYTHON_PREFIX (common/gpu_libs.c).
+_NVIDIA_DIR = re.compile(r"^(?P<prefix>.+)/lib/python3[^/]*/site-packages/nvidia/?$")
+
+
+def _nvidia_wheels_prefix() -> str | None:
+    """The prefix whose site-packages holds the ``nvidia`` namespace package
+    (NVIDIA's wheels: nvidia-cuda-nvrtc, nvidia-nccl-cu13...) as this
+    interpreter imports it, which need not be sys.prefix's: a venv that reaches
+    torch's site-packages through a .pth file, or PYTHONPATH. Found without
+    importing torch or nvidia."""
+    try:
+        spec = importlib.util.find_spec("nvidia")
+    except (ImportError, ValueError):  # ValueError: a module without __spec__
+        return None
+    if spec is None:
+        return None
+    locations = list(spec.submodule_search_locations or [])
+    if spec.origin and not locations:
+        locations = [os.path.dirname(spec.origin)]
+    for loc in locations:  # in sys.path order, as `import nvidia.x` would search
+        m = _NVIDIA_DIR.match(loc)
+        if m:
+            return m.group("prefix")
+    return None
+
+
 def set_python_prefix() -> None:
     """NVRTC and NCCL are taken from NVIDIA's wheels of this interpreter
-    (docs/install.md) unless the caller named another prefix."""
-    os.environ.setdefault("KILN_PYTHON_PREFIX", sys.prefix)
+    (docs/install.md): KILN_PYTHON_PREFIX is set, unless the caller named one,
+    to the prefix of the site-packages the ``nvidia`` package is imported
+    from, else sys.prefix."""
+    if "KILN_PYTHON_PREFIX" in os.environ:
+        return
+    os.environ["KILN_PYTHON_PREFIX"] = _nvidia_wheels_prefix() or sys.prefix

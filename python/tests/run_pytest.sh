@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Runs pytest on files of python/tests for ctest (python/tests/CMakeLists.txt):
+#
+#   run_pytest.sh PYTHON SOURCE_DIR LIBKILN KILN_EXE FAKE_LIBCUDA MODULES TEST_FILE...
+#
+# PYTHON is KILN_TEST_PYTHON (scripts/python-env makes one); MODULES the
+# comma-separated modules the files import (pytest,torch). Without such an
+# interpreter the test is skipped (exit 77) with a one-line reason. The
+# package comes from SOURCE_DIR/python, libkiln and the kiln command from the
+# build tree, the CUDA driver is the fake one (tests/fakecuda) with host
+# memory as device memory, and the cache is a private temp directory.
+set -euo pipefail
+py=$1 src=$2 lib=$3 exe=$4 fakecuda=$5 modules=$6
+shift 6
+
+if [[ -z $py || $py == *-NOTFOUND ]]; then
+  echo "SKIP: KILN_TEST_PYTHON is not set (configure with -DKILN_TEST_PYTHON=\$(scripts/python-env))"
+  exit 77
+fi
+[[ -x $py ]] || { echo "SKIP: KILN_TEST_PYTHON=$py is not an executable"; exit 77; }
+missing=$("$py" -c 'import importlib.util, sys
+print(" ".join(m for m in sys.argv[1].split(",") if importlib.util.find_spec(m) is None))' "$modules")
+if [[ -n $missing ]]; then
+  echo "SKIP: $py lacks $missing (scripts/python-env installs them)"
+  exit 77
+fi
+
+# The operator's KILN_* settings must not leak in (as tests/integration/lib.sh).
+for v in $(compgen -e | grep '^KILN_' || true); do unset "$v"; done
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln-pytest.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+mkdir -m 700 "$tmp/cache"
+export KILN_CACHE_DIR=$tmp/cache XDG_CACHE_HOME=$tmp/xdg
+export PYTHONPATH=$src/python${PYTHONPATH:+:$PYTHONPATH}
+export KILN_LIBRARY=$lib KILN_EXE=$exe KILN_CUDA_LIBRARY=$fakecuda KILN_FAKE_CUDA_HOST_MEMORY=1
+export PYTHONDONTWRITEBYTECODE=1 # nothing written into the source tree
+cd "$src"
+rc=0
+"$py" -m pytest -q -p no:cacheprovider --basetemp="$tmp/pytest" "$@" || rc=$?
+exit "$rc"
