@@ -61,7 +61,7 @@ static kiln_status check_dir(const char *dir) {
     return kiln_fail(KILN_EPERM,
                      "cache directory %s is owned by uid %u, not by you (uid %u): use a "
                      "directory of your own (--cache DIR or KILN_CACHE_DIR), or share a cache "
-                     "read-only through KILN_CACHE_PATH",
+                     "read-only through KILN_CACHE_PATH (owned by you or root)",
                      dir, (unsigned)st.st_uid, (unsigned)geteuid());
   if (st.st_mode & (S_IWGRP | S_IWOTH))
     return kiln_fail(
@@ -165,8 +165,44 @@ static int wal_pending(const char *dir) {
 
 /* Read-only layers are opened immutable: nothing is written, no lock taken,
  * so a cache baked into a read-only image layer works as it is. */
+int kiln_layer_trusted(const char *dir, char *why, size_t cap) {
+  static const char *const parts[] = {"", "/index.sqlite", "/cas"};
+  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+    char p[KILN_PATH_MAX];
+    struct stat st;
+    snprintf(p, sizeof p, "%s%s", dir, parts[i]);
+    if (stat(p, &st) != 0) {
+      if (i == 2 && errno == ENOENT) continue; /* a layer with no blobs */
+      snprintf(why, cap, "%s: %s", p, strerror(errno));
+      return 0;
+    }
+    if (st.st_uid != geteuid() && st.st_uid != 0) {
+      snprintf(why, cap,
+               "%s is owned by uid %u (neither you, uid %u, nor root): whoever owns it could "
+               "plant code",
+               p, (unsigned)st.st_uid, (unsigned)geteuid());
+      return 0;
+    }
+    if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+      snprintf(why, cap, "%s is writable by %s (mode %04o): anyone there could plant code", p,
+               (st.st_mode & S_IWOTH) ? "others" : "its group", (unsigned)(st.st_mode & 07777));
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* Notes a layer that is not opened, and why, for the probes. */
+static void skip_layer(kiln_cache *c, const char *dir, const char *why, int untrusted) {
+  kiln_log(KILN_LOG_WARN, "read-only cache layer %s skipped: %s", dir, why);
+  if (c->n_skipped == KILN_MAX_LAYERS) return;
+  snprintf(c->skipped[c->n_skipped].dir, sizeof c->skipped[0].dir, "%s", dir);
+  snprintf(c->skipped[c->n_skipped].why, sizeof c->skipped[0].why, "%s", why);
+  c->skipped[c->n_skipped++].untrusted = untrusted;
+}
+
 static void open_layer(kiln_cache *c, const char *dir) {
-  char uri[KILN_PATH_MAX + 64];
+  char uri[KILN_PATH_MAX + 64], why[512];
   kiln_layer *l;
   kiln_status rc;
   size_t n = 0;
@@ -174,6 +210,10 @@ static void open_layer(kiln_cache *c, const char *dir) {
   if (c->n_layers == KILN_MAX_LAYERS) {
     kiln_log(KILN_LOG_WARN, "more than %d read-only cache layers: skipping %s", KILN_MAX_LAYERS,
              dir);
+    return;
+  }
+  if (!kiln_layer_trusted(dir, why, sizeof why)) {
+    skip_layer(c, dir, why, 1);
     return;
   }
   l = &c->layers[c->n_layers];
@@ -204,10 +244,11 @@ static void open_layer(kiln_cache *c, const char *dir) {
   r = sqlite3_open_v2(uri, &l->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL);
   rc = r == SQLITE_OK ? layer_schema(l->db) : KILN_EDB;
   if (rc != KILN_OK) {
-    kiln_log(KILN_LOG_WARN, "read-only cache layer %s skipped: %s", dir,
-             rc == KILN_EUNSUPPORTED ? "its cache schema is not this kiln's"
-             : l->db                 ? sqlite3_errmsg(l->db)
-                                     : sqlite3_errstr(r));
+    skip_layer(c, dir,
+               rc == KILN_EUNSUPPORTED ? "its cache schema is not this kiln's"
+               : l->db                 ? sqlite3_errmsg(l->db)
+                                       : sqlite3_errstr(r),
+               0);
     sqlite3_close(l->db);
     l->db = NULL;
     return;

@@ -24,11 +24,24 @@ struct kiln_cache {
   char quarantine_dir[KILN_PATH_MAX];
   size_t n_layers;
   kiln_layer layers[KILN_MAX_LAYERS]; /* read-only, searched after primary */
-  pthread_mutex_t lock;               /* serialises multi-statement work on primary.db */
-  char host[64];                      /* this host's name, for leases and pins */
-  char token[33];                     /* random, unique to this handle: owns its leases */
-  struct kiln_remote *remote;         /* the remote HTTP cache, or NULL (cache/remote.c) */
+  /* read-only layers named but not opened, and why (probes report them) */
+  size_t n_skipped;
+  struct {
+    char dir[KILN_PATH_MAX];
+    char why[512];
+    int untrusted; /* skipped for its owner or mode (kiln_layer_trusted) */
+  } skipped[KILN_MAX_LAYERS];
+  pthread_mutex_t lock;       /* serialises multi-statement work on primary.db */
+  char host[64];              /* this host's name, for leases and pins */
+  char token[33];             /* random, unique to this handle: owns its leases */
+  struct kiln_remote *remote; /* the remote HTTP cache, or NULL (cache/remote.c) */
 };
+
+/* A read-only layer is trusted when its directory, its index.sqlite and its
+ * cas/ (if any) are each owned by this user or root and not writable by
+ * group or others: anyone else who can write one can map a kernel's key to
+ * bytes of their own. 1 when trusted; 0 with the first reason in why. */
+int kiln_layer_trusted(const char *dir, char *why, size_t cap);
 
 /* Frees a remote attached by kiln_cache_set_remote (NULL is fine). */
 void kiln_remote_close(struct kiln_remote *r);

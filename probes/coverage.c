@@ -76,6 +76,10 @@ kiln_status kiln_coverage_check(kiln_coverage **out, kiln_cache *cache, const ki
     return kiln_fail(KILN_ENOTFOUND, "--kernels '%s' matches no unit; units are: %s", glob,
                      kiln_unit_names(names, sizeof names));
   }
+  for (size_t i = 0; i < cache->n_skipped; i++) /* the loader would skip it: never vouch for it */
+    if (cache->skipped[i].untrusted)
+      return kiln_fail(KILN_EPERM, "read-only cache layer %s is not trusted: %s",
+                       cache->skipped[i].dir, cache->skipped[i].why);
   if (kiln_toolchain_id(toolchain) != KILN_OK) toolchain[0] = '\0'; /* no NVRTC: fine */
   if (!(c = calloc(1, sizeof *c)) || !(c->items = calloc(n_units * n_targets, sizeof *c->items))) {
     rc = kiln_fail(KILN_ENOMEM, "out of memory");

@@ -221,9 +221,23 @@ static void check_cache_dir(doctor_ctx *x) {
                             x->cache->layers[i].dir, ok ? " (read-only)" : " (unreadable)");
       if (n >= sizeof layers) n = sizeof layers - 1;
     }
-    doctor_add(x->r, "cache_dir", bad ? KILN_DOCTOR_WARN : KILN_DOCTOR_PASS,
-               "make the layer readable or drop it from KILN_CACHE_PATH", "%s (0%03o, yours)%s", p,
-               (unsigned)(st.st_mode & 0777), layers);
+    size_t untrusted = 0;
+    for (size_t i = 0; i < x->cache->n_skipped; i++) {
+      untrusted += x->cache->skipped[i].untrusted;
+      n += (size_t)snprintf(layers + n, sizeof layers - n, "; layer %s skipped: %s",
+                            x->cache->skipped[i].dir, x->cache->skipped[i].why);
+      if (n >= sizeof layers) n = sizeof layers - 1;
+    }
+    if (untrusted)
+      doctor_add(x->r, "cache_dir", KILN_DOCTOR_FAIL,
+                 "`chown` the layer to you or root and `chmod go-w` it (directory, index.sqlite, "
+                 "cas/), or drop it from KILN_CACHE_PATH",
+                 "%s (0%03o, yours)%s", p, (unsigned)(st.st_mode & 0777), layers);
+    else
+      doctor_add(x->r, "cache_dir",
+                 bad || x->cache->n_skipped ? KILN_DOCTOR_WARN : KILN_DOCTOR_PASS,
+                 "make the layer readable or drop it from KILN_CACHE_PATH", "%s (0%03o, yours)%s",
+                 p, (unsigned)(st.st_mode & 0777), layers);
   }
 }
 

@@ -53,9 +53,24 @@ cp -a "$warm" "$T/their-warm"
 chown -R nobody "$T/their-warm"
 expect_exit 1 kiln cache verify --cache "$T/their-warm"
 expect_stderr_contains "owned by uid $nobody"
-# Their cache is still usable read-only, as the message says.
+# Their cache is not trusted as a read-only layer either: whoever owns it
+# could map a kernel's key to bytes of their own. Skipped with a warning; a
+# copy owned by root (a cache baked into an image) is used.
 KILN_CACHE_PATH=$T/their-warm expect_exit 0 kiln "${build[@]}" --cache "$T/mine" --json
-expect_eq "$(json "$OUT" '[d["hits"], d["built"]]')" "[1, 0]" "build over another user's cache as a layer"
+expect_eq "$(json "$OUT" '[d["hits"], d["built"]]')" "[0, 1]" "build over another user's cache as a layer"
+expect_stderr_contains "read-only cache layer $T/their-warm skipped: $T/their-warm is owned by uid $nobody"
+expect_exit 1 kiln check --arch 90 --kernels scaled_softmax --cache "$T/mine" --cache "$T/their-warm"
+expect_stderr_contains "is not trusted"
+chown -R root "$T/their-warm"
+KILN_CACHE_PATH=$T/their-warm expect_exit 0 kiln "${build[@]}" --cache "$T/mine3" --json
+expect_eq "$(json "$OUT" '[d["hits"], d["built"]]')" "[1, 0]" "build over a root-owned cache as a layer"
+chmod g+w "$T/their-warm/cas"
+KILN_CACHE_PATH=$T/their-warm expect_exit 0 kiln "${build[@]}" --cache "$T/mine4" --json
+expect_eq "$(json "$OUT" '[d["hits"], d["built"]]')" "[0, 1]" "a layer whose cas/ its group can write"
+expect_stderr_contains "$T/their-warm/cas is writable by its group"
+KILN_CUDA_LIBRARY=/nonexistent-libcuda expect_exit 2 kiln doctor --cache "$T/mine" --cache "$T/their-warm"
+expect_stdout_contains "FAIL  cache_dir"
+expect_stdout_contains "skipped: $T/their-warm/cas is writable by its group"
 
 # check_full NAME DIR: the cache at DIR after a build that ran out of space.
 check_full() {
