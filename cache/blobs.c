@@ -27,7 +27,7 @@ kiln_status kiln_blob_check(const char *path, const char *digest, uint64_t want_
   uint8_t *data = NULL;
   size_t len = 0;
   kiln_status rc;
-  KILN_CHECK(kiln_read_regular(path, want_size, &data, &len));
+  KILN_CHECK(kiln_read_regular(path, want_size, KILN_READ_NOFOLLOW, &data, &len));
   if (want_size != UINT64_MAX && len != want_size) { /* it shrank while read */
     rc = kiln_fail(KILN_ECORRUPT, "blob %s is %zu bytes, the record says %llu (truncated?)", path,
                    len, (unsigned long long)want_size);

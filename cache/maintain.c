@@ -1,4 +1,5 @@
 /* Listing, statistics, verification, garbage collection and removal. */
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fnmatch.h>
@@ -33,14 +34,17 @@ static kiln_status walk_cas(kiln_cache *c, blob_fn fn, void *user) {
     DIR *in;
     struct dirent *e;
     if (d->d_name[0] == '.') continue;
+    struct stat sst;
     if (snprintf(sub, sizeof sub, "%s/%s", c->cas_dir, d->d_name) >= (int)sizeof sub) continue;
-    if (!(in = opendir(sub))) continue;
+    /* never through a symlink: a cas/xx pointing elsewhere would have
+     * verify quarantine (move) files that are not the cache's */
+    if (lstat(sub, &sst) != 0 || !S_ISDIR(sst.st_mode) || !(in = opendir(sub))) continue;
     while ((e = readdir(in))) {
       char path[KILN_PATH_MAX], digest[65] = "";
       struct stat st;
       if (e->d_name[0] == '.') continue;
       if (snprintf(path, sizeof path, "%s/%s", sub, e->d_name) >= (int)sizeof path) continue;
-      if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
       if (strlen(d->d_name) == 2 && strlen(e->d_name) == 62) {
         snprintf(digest, sizeof digest, "%s%s", d->d_name, e->d_name);
         if (!kiln_is_hex64(digest)) digest[0] = '\0';
@@ -226,14 +230,47 @@ static void verify_records(verify_ctx *v) {
   for (size_t i = 0; i < n; i++) {
     char path[KILN_PATH_MAX];
     struct stat st;
-    if (kiln_blob_path(path, sizeof path, v->c->primary.dir, recs[i].digest) != KILN_OK) continue;
-    if (stat(path, &st) == 0 && (uint64_t)st.st_size == recs[i].size) continue;
+    int r;
+    if (!kiln_is_hex64(recs[i].digest) ||
+        kiln_blob_path(path, sizeof path, v->c->primary.dir, recs[i].digest) != KILN_OK) {
+      /* unservable for good: every build would fail on it ("not a SHA-256 digest") */
+      uint64_t gone = 0;
+      snprintf(path, sizeof path, "record %s (%s %s)", recs[i].key, recs[i].unit, recs[i].target);
+      add_issue(v, path, "its digest is not 64 lowercase hex digits (record dropped)");
+      kiln_cache_rm(&gone, v->c, recs[i].key);
+      continue;
+    }
+    r = lstat(path, &st); /* the blob itself, never a link's target */
+    if (r == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == recs[i].size) continue;
     add_issue(v, path,
-              stat(path, &st) != 0 ? "record's blob is missing (record dropped)"
-                                   : "blob size differs from the record (truncated; quarantined)");
-    kiln_blob_quarantine(v->c, recs[i].digest, "verify: missing or truncated", 0);
+              r != 0 ? "record's blob is missing (record dropped)"
+              : !S_ISREG(st.st_mode)
+                  ? "blob is not a regular file (a symlink, FIFO or "
+                    "directory; quarantined)"
+                  : "blob size differs from the record (truncated; quarantined)");
+    kiln_blob_quarantine(v->c, recs[i].digest, "verify: missing, not a file or truncated", 0);
   }
   free(recs);
+}
+
+/* 6 characters mkstemp may write */
+static int mkstemp_suffix(const char *p) {
+  size_t n = 0;
+  for (; p[n]; n++)
+    if (!isalnum((unsigned char)p[n])) return 0;
+  return n == 6;
+}
+
+/* The temp names kiln writes in tmp/: 1 for tmp.<pid>.<host>.XXXXXX
+ * (common/fileio.c), 2 for import-XXXXXX and remote-XXXXXX (cache/import.c,
+ * cache/remote_fetch.c); 0 for any other name. */
+static int tmp_name_kind(const char *name) {
+  const char *dot;
+  if (strncmp(name, "import-", 7) == 0) return mkstemp_suffix(name + 7) ? 2 : 0;
+  if (strncmp(name, "remote-", 7) == 0) return mkstemp_suffix(name + 7) ? 2 : 0;
+  if (strncmp(name, "tmp.", 4) != 0 || !isdigit((unsigned char)name[4])) return 0;
+  dot = strrchr(name, '.');
+  return dot && dot > name + 4 && mkstemp_suffix(dot + 1) ? 1 : 0;
 }
 
 /* Temp files of writers that are gone (killed mid-write) are debris: named
@@ -241,11 +278,13 @@ static void verify_records(verify_ctx *v) {
  * pid is gone on this host (the minute covers a live writer in another pid
  * namespace with the same host name), or when it is older than TMP_GRACE_S. */
 static void clean_tmp(kiln_cache *c) {
-  DIR *d = opendir(c->tmp_dir);
+  DIR *d;
   struct dirent *e;
+  struct stat dst;
   char host[256];
   int64_t now = kiln_now_s();
-  if (!d) return;
+  /* only a real tmp/ directory: through a symlink it would be another's files */
+  if (lstat(c->tmp_dir, &dst) != 0 || !S_ISDIR(dst.st_mode) || !(d = opendir(c->tmp_dir))) return;
   kiln_host_name(host, sizeof host);
   while ((e = readdir(d))) {
     char path[KILN_PATH_MAX];
@@ -253,15 +292,17 @@ static void clean_tmp(kiln_cache *c) {
     long pid = 0;
     int off = 0;
     int64_t age;
-    if (e->d_name[0] == '.') continue;
+    const int kind = tmp_name_kind(e->d_name);
+    if (!kind) continue; /* not a name kiln writes: never kiln's to remove */
     if (snprintf(path, sizeof path, "%s/%s", c->tmp_dir, e->d_name) >= (int)sizeof path) continue;
-    if (stat(path, &st) != 0) continue;
+    if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
     age = now - (int64_t)st.st_mtime;
     if (age > TMP_GRACE_S) {
       unlink(path);
       continue;
     }
-    if (age < 60 || sscanf(e->d_name, "tmp.%ld.%n", &pid, &off) != 1 || off == 0 || pid <= 0)
+    if (kind != 1 || age < 60 || sscanf(e->d_name, "tmp.%ld.%n", &pid, &off) != 1 || off == 0 ||
+        pid <= 0)
       continue;
     if (strncmp(e->d_name + off, host, strlen(host)) != 0 || e->d_name[off + strlen(host)] != '.')
       continue;

@@ -61,6 +61,25 @@ static void touch(kiln_cache *c, const kiln_record *rec) {
     kiln_log(KILN_LOG_DEBUG, "touch %s: %s", rec->key, kiln_last_error());
 }
 
+/* Drops the primary's record key (while it still names digest) that could
+ * not be served, so the next lookup is a miss that makes progress (a
+ * rebuild) instead of the same failure: every loop over a cache must move. */
+static void drop_unservable(kiln_cache *c, const char *key, const char *digest, const char *why) {
+  kiln_status rc = kiln_txn_begin(c, "drop record");
+  if (rc == KILN_OK)
+    rc = kiln_txn_end(c,
+                      kiln_sql_run(c->primary.db,
+                                   "DELETE FROM records WHERE key = ?1 AND digest = ?2",
+                                   SQL_ARGS(SQL_TEXT(key), SQL_TEXT(digest)), "drop record"),
+                      "drop record");
+  if (rc == KILN_OK)
+    kiln_log(KILN_LOG_WARN, "record %.12s cannot be served (%s): dropped; it is built again", key,
+             why);
+  else
+    kiln_log(KILN_LOG_WARN, "record %.12s cannot be served (%s), and dropping it failed: %s", key,
+             why, kiln_last_error());
+}
+
 kiln_status kiln_cache_get(kiln_record *out_rec, uint8_t **out_blob, size_t *out_size,
                            kiln_cache *c, const char *key) {
   kiln_record rec;
@@ -75,6 +94,15 @@ kiln_status kiln_cache_get(kiln_record *out_rec, uint8_t **out_blob, size_t *out
       kiln_log(KILN_LOG_WARN, "read-only layer %s: %s; skipped", l->dir, kiln_last_error());
       continue;
     }
+    if (!kiln_is_hex64(rec.digest)) {
+      char why[160];
+      snprintf(why, sizeof why, "its digest '%.64s' is not 64 lowercase hex digits", rec.digest);
+      if (i == 0)
+        drop_unservable(c, key, rec.digest, why);
+      else
+        kiln_log(KILN_LOG_WARN, "read-only layer %s: record %.12s: %s; skipped", l->dir, key, why);
+      continue;
+    }
     rc = kiln_blob_read(l->dir, rec.digest, rec.size, out_blob, out_size);
     if (rc == KILN_OK) {
       if (i == 0) touch(c, &rec);
@@ -85,8 +113,12 @@ kiln_status kiln_cache_get(kiln_record *out_rec, uint8_t **out_blob, size_t *out
       return rc; /* an io error (EMFILE, EIO) says nothing about the bytes */
     } else if (i == 0) {
       /* Never hand bad bytes on: quarantine, drop the record, read as a miss. */
-      kiln_blob_quarantine(c, rec.digest, rc == KILN_ENOTFOUND ? "blob missing" : kiln_last_error(),
-                           0);
+      char why[512];
+      snprintf(why, sizeof why, "%s", rc == KILN_ENOTFOUND ? "blob missing" : kiln_last_error());
+      kiln_blob_quarantine(c, rec.digest, why, 0);
+      /* the blob may be intact while the record is not (another size), or
+       * the move may have failed: the record goes either way */
+      drop_unservable(c, key, rec.digest, why);
     } else {
       kiln_log(KILN_LOG_WARN, "read-only layer %s: record %.12s has a bad blob (%s); skipped",
                l->dir, key, kiln_last_error());

@@ -1,4 +1,5 @@
 /* Opening the local store: directory checks, the sqlite index, layers. */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,11 +114,42 @@ static kiln_status set_wal(sqlite3 *db) {
   return rc;
 }
 
+/* A directory kiln may make (or keep) its cache in: one with an index, or
+ * one holding nothing but what kiln itself creates. Any other file means it
+ * is someone's directory (--cache ~): creating cas/, tmp/ and an index there,
+ * and cleaning its tmp/, would be touching files that are not kiln's. */
+static kiln_status check_kiln_dir(const char *dir) {
+  static const char *const ours[] = {
+      "cas", "tmp", "quarantine", "index.sqlite-wal", "index.sqlite-shm", "index.sqlite-journal"};
+  char path[KILN_PATH_MAX];
+  struct stat st;
+  DIR *d;
+  struct dirent *e;
+  kiln_status rc = KILN_OK;
+  if (kiln_path_join(path, sizeof path, dir, "index.sqlite") != KILN_OK || lstat(path, &st) == 0)
+    return KILN_OK; /* a cache (its index is checked when opened) */
+  if (!(d = opendir(dir))) return kiln_fail_errno(KILN_EIO, errno, "cache directory %s", dir);
+  while (rc == KILN_OK && (e = readdir(d))) {
+    size_t i = 0;
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    while (i < sizeof ours / sizeof ours[0] && strcmp(e->d_name, ours[i]) != 0)
+      i++;
+    if (i == sizeof ours / sizeof ours[0])
+      rc = kiln_fail(KILN_EINVAL,
+                     "%s is not a kiln cache (no index.sqlite) and holds other files ('%s'): "
+                     "name a new or empty directory, or an existing cache",
+                     dir, e->d_name);
+  }
+  closedir(d);
+  return rc;
+}
+
 static kiln_status open_primary(kiln_cache *c, int create) {
   char path[KILN_PATH_MAX];
   kiln_status rc;
   if (create) KILN_CHECK(kiln_mkdir_p(c->primary.dir, 0700));
   KILN_CHECK(check_dir(c->primary.dir));
+  KILN_CHECK(check_kiln_dir(c->primary.dir));
   KILN_CHECK(kiln_path_join(c->cas_dir, sizeof c->cas_dir, c->primary.dir, "cas"));
   KILN_CHECK(kiln_path_join(c->tmp_dir, sizeof c->tmp_dir, c->primary.dir, "tmp"));
   KILN_CHECK(
@@ -163,8 +195,6 @@ static int wal_pending(const char *dir) {
   return stat(wal, &st) == 0 && st.st_size > 0;
 }
 
-/* Read-only layers are opened immutable: nothing is written, no lock taken,
- * so a cache baked into a read-only image layer works as it is. */
 int kiln_layer_trusted(const char *dir, char *why, size_t cap) {
   static const char *const parts[] = {"", "/index.sqlite", "/cas"};
   for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
@@ -201,6 +231,8 @@ static void skip_layer(kiln_cache *c, const char *dir, const char *why, int untr
   c->skipped[c->n_skipped++].untrusted = untrusted;
 }
 
+/* Read-only layers are opened immutable: nothing is written, no lock taken,
+ * so a cache baked into a read-only image layer works as it is. */
 static void open_layer(kiln_cache *c, const char *dir) {
   char uri[KILN_PATH_MAX + 64], why[512];
   kiln_layer *l;

@@ -91,19 +91,22 @@ out:
 }
 
 kiln_status kiln_read_file(const char *path, uint8_t **out, size_t *out_len) {
-  return kiln_read_regular(path, UINT64_MAX, out, out_len);
+  return kiln_read_regular(path, UINT64_MAX, 0, out, out_len);
 }
 
-kiln_status kiln_read_regular(const char *path, uint64_t want_size, uint8_t **out,
+kiln_status kiln_read_regular(const char *path, uint64_t want_size, unsigned flags, uint8_t **out,
                               size_t *out_len) {
   struct stat st;
   uint8_t *buf = NULL;
   size_t got = 0;
   kiln_status rc = KILN_OK;
   /* O_NONBLOCK: opening a FIFO planted at the path must not wait for a writer */
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK |
+                          ((flags & KILN_READ_NOFOLLOW) ? O_NOFOLLOW : 0));
   if (fd < 0) {
     if (errno == ENOENT) return kiln_fail(KILN_ENOTFOUND, "%s: no such file", path);
+    if (errno == ELOOP && (flags & KILN_READ_NOFOLLOW))
+      return kiln_fail(KILN_ECORRUPT, "%s is a symbolic link, which a cache never holds", path);
     return kiln_fail_errno(KILN_EIO, errno, "open %s", path);
   }
   if (fstat(fd, &st) != 0) {

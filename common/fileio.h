@@ -19,7 +19,10 @@ kiln_status kiln_read_file(const char *path, uint8_t **out, size_t *out_len);
  * (KILN_ECORRUPT) unless it is a regular file, and, with want_size other than
  * UINT64_MAX, unless it has that size, before any byte is read (a 2 GiB file
  * at a small blob's path is never read into memory). */
-kiln_status kiln_read_regular(const char *path, uint64_t want_size, uint8_t **out, size_t *out_len);
+#define KILN_READ_NOFOLLOW                                                                         \
+  1u /* refuse a symlink at the path itself (blobs: a cache never holds one) */
+kiln_status kiln_read_regular(const char *path, uint64_t want_size, unsigned flags, uint8_t **out,
+                              size_t *out_len);
 /* mkdir with mode unless it exists as a directory. */
 kiln_status kiln_mkdir(const char *path, unsigned mode);
 /* mkdir -p (each missing component gets mode). */

@@ -58,3 +58,63 @@ if [[ -f ${IT_FAKECUDA:-} ]]; then
   expect_eq "$(grep -c "^load ok cubin sm_90 4096 " "$T/fake.log")" 0 "the cut image was handed to the driver"
   expect_eq "$(grep -c "^load ok cubin sm_90" "$T/fake.log")" 1 "the rebuilt image loaded"
 fi
+
+log "a directory that is not a kiln cache is refused, and nothing is created in it"
+mkdir -p "$T/home/tmp" && echo mine >"$T/home/notes.txt" && echo old >"$T/home/tmp/draft"
+touch -d '3 days ago' "$T/home/tmp/draft"
+before=$(tree_sum "$T/home")
+for cmd in "cache verify" "cache ls" "build --arch 90 --kernels scaled_softmax"; do
+  # shellcheck disable=SC2086 # the command's words
+  expect_exit 2 kiln $cmd --cache "$T/home"
+  expect_stderr_contains "is not a kiln cache (no index.sqlite) and holds other files"
+done
+expect_eq "$(tree_sum "$T/home")" "$before" "a non-cache directory after every command"
+
+log "verify removes only kiln's own temp names, and never through a symlink"
+copy_cache "$(fixture warm)" "$T/V"
+chmod u+w "$T/V/tmp" "$T/V/cas"
+echo user >"$T/V/tmp/report.pdf" && touch -d '3 days ago' "$T/V/tmp/report.pdf"
+echo debris >"$T/V/tmp/tmp.999999.$(hostname).AbC123" && touch -d '3 days ago' "$T/V/tmp/tmp.999999.$(hostname).AbC123"
+mkdir -p "$T/outside/ab"
+echo precious >"$T/outside/ab/$(printf 'c%.0s' $(seq 62))"
+ln -s "$T/outside/ab" "$T/V/cas/ab"
+expect_exit 0 kiln cache verify --cache "$T/V"
+expect_true "a user's file in tmp/ is kept" test -f "$T/V/tmp/report.pdf"
+expect_true "kiln's own old temp file is removed" test ! -e "$T/V/tmp/tmp.999999.$(hostname).AbC123"
+expect_true "a file behind a symlinked cas/ab is not moved" test -f "$T/outside/ab/$(printf 'c%.0s' $(seq 62))"
+rm -rf "$T/V/tmp" && mkdir -p "$T/outside/t" && echo keep >"$T/outside/t/tmp.1.x.AbC123"
+touch -d '3 days ago' "$T/outside/t/tmp.1.x.AbC123" && ln -s "$T/outside/t" "$T/V/tmp"
+expect_exit 0 kiln cache verify --cache "$T/V"
+expect_true "a file behind a symlinked tmp/ is not removed" test -f "$T/outside/t/tmp.1.x.AbC123"
+
+log "a symlink at a blob's path is refused, not followed"
+copy_cache "$(fixture warm)" "$T/L"
+b=$(blob_of "$T/L")
+chmod u+w "$(dirname "$b")"
+cp "$b" "$T/outside/real-blob" && rm -f "$b" && ln -s "$T/outside/real-blob" "$b"
+expect_exit 1 kiln cache verify --cache "$T/L"
+expect_stdout_contains "BAD"
+expect_true "the link's target is untouched" test -f "$T/outside/real-blob"
+
+log "a record whose digest is not a SHA-256 digest: verify reports and drops it, the next build rebuilds"
+for bad in '' "$(printf 'A%.0s' $(seq 64))" '../../etc/passwd'; do
+  copy_cache "$(fixture warm)" "$T/D"
+  index_query "$T/D" "UPDATE records SET digest = '$bad' WHERE unit = 'scaled_softmax' AND target = 'sm_90'"
+  expect_exit 1 kiln cache verify --cache "$T/D"
+  expect_stdout_contains "its digest is not 64 lowercase hex digits (record dropped)"
+  expect_eq "$(index_query "$T/D" "SELECT count(*) FROM records WHERE digest = '$bad'")" 0 "records left with digest '$bad'"
+  expect_exit 0 kiln build --arch 90 --kernels scaled_softmax --cache "$T/D"
+  rm -rf "$T/D"
+done
+
+log "unservable records reach a build, not verify first: dropped once, rebuilt at once"
+for change in "digest = ''" "digest = upper(digest)" "size = size + 1"; do
+  copy_cache "$(fixture warm)" "$T/U"
+  index_query "$T/U" "UPDATE records SET $change WHERE unit = 'scaled_softmax' AND target = 'sm_90'"
+  start=$SECONDS
+  KILN_BUILD_TIMEOUT=60 expect_exit 0 kiln build --arch 90 --kernels scaled_softmax --cache "$T/U" --json
+  expect_eq "$(json "$OUT" '[d["built"], d["failed"]]')" "[1, 0]" "build after $change"
+  expect_stderr_contains "cannot be served"
+  ((SECONDS - start < 30)) || fail "a build over a record with $change took $((SECONDS - start)) s"
+  rm -rf "$T/U"
+done
