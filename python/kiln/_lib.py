@@ -293,6 +293,28 @@ class kiln_coord_report(Structure):
     ]
 
 
+# kiln_coord_options' progress callback: (done, total, unit, target, elapsed_s, user)
+kiln_coord_progress_fn = CFUNCTYPE(None, c_uint, c_uint, c_char_p, c_char_p, c_double, c_void_p)
+
+
+class kiln_coord_options(Structure):
+    _fields_ = [
+        ("version", c_int),
+        ("targets", POINTER(kiln_target)),
+        ("n_targets", c_size_t),
+        ("kernels", c_char_p),
+        ("heartbeat_s", c_double),
+        ("timeout_s", c_double),
+        ("jobs", c_int),
+        ("offline", c_int),
+        ("progress", kiln_coord_progress_fn),
+        ("user", c_void_p),
+    ]
+
+
+KILN_COORD_OPTIONS_VERSION = 1
+
+
 class kiln_library_info(Structure):
     _fields_ = [("path", c_char * 512), ("found_by", c_char * 600), ("version", c_char * 32)]
 
@@ -356,6 +378,14 @@ FUNCTIONS: dict[str, tuple[object, list[object]]] = {
     "kiln_library_get_info": (_st, [POINTER(kiln_library_info), c_int]),
     # coordination
     "kiln_coord_fail": (_st, [POINTER(kiln_comm), c_double]),
+    "kiln_coord_options_init": (_st, [POINTER(kiln_coord_options), c_int]),
+    "kiln_coord_fill": (
+        _st,
+        [POINTER(kiln_coord_report), _p, POINTER(kiln_coord_options), POINTER(kiln_comm)],
+    ),
+    "kiln_coord_any": (_st, [POINTER(c_int), POINTER(kiln_comm), c_double]),
+    # variadic (fmt, ...): call it as kiln_comm_error(st, b"%s", message)
+    "kiln_comm_error": (_st, [c_int, c_char_p]),
     # ops
     "kiln_ops_check": (_st, [_p, _p]),
     "kiln_scaled_softmax_fwd": (_st, [_p, _dt, _p, _p, _ll, c_int, c_float, _p]),
