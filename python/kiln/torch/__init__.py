@@ -85,8 +85,9 @@ def check(device: torch.device | str | int | None = None) -> None:
 
 
 def warmup(*args: object, **kwargs: object) -> object:
-    """The coordinated one-rank build over torch.distributed
-    (kiln.torch.dist.warmup; docs/python.md)."""
+    """The coordinated one-rank build over torch.distributed: every rank calls
+    it; returns a kiln.torch.dist.WarmupReport (kiln.torch.dist.warmup has the
+    signature and errors; docs/python.md)."""
     from kiln.torch.dist import warmup as _warmup
 
     return _warmup(*args, **kwargs)
