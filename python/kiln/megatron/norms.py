@@ -56,7 +56,48 @@ def _weight_for(w: Tensor, x: Tensor) -> Tensor:
     return w if w.dtype in (torch.float32, x.dtype) else w.to(x.dtype)
 
 
-class LayerNorm(torch.nn.Module):
+class _KilnNorm(torch.nn.Module):
+    """What both norms share: megatron's norm arguments, the weight (with
+    zero-centered gamma and the sequence_parallel flag), and an optional bias."""
+
+    def __init__(
+        self,
+        config: object,
+        hidden_size: int,
+        eps: float,
+        zero_centered_gamma: bool,
+        with_bias: bool,
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.hidden_size = _hidden(hidden_size)
+        self.eps = float(eps)
+        self.zero_centered_gamma = _zero_centered(config, zero_centered_gamma)
+        self.sequence_parallel = bool(getattr(config, "sequence_parallel", False))
+        self.weight = Parameter(torch.empty(self.hidden_size))
+        self.bias = Parameter(torch.empty(self.hidden_size)) if with_bias else None
+        self.reset_parameters()
+        for p in (self.weight, self.bias):
+            if p is not None:
+                setattr(p, "sequence_parallel", self.sequence_parallel)
+
+    def reset_parameters(self) -> None:
+        if self.bias is not None:
+            torch.nn.init.zeros_(self.bias)
+        if self.zero_centered_gamma:
+            torch.nn.init.zeros_(self.weight)
+        else:
+            torch.nn.init.ones_(self.weight)
+
+    def _gamma(self, x: Tensor) -> Tensor:
+        w = self.weight + 1 if self.zero_centered_gamma else self.weight
+        return _weight_for(w, x)
+
+    def extra_repr(self) -> str:
+        return f"{self.hidden_size}, eps={self.eps}, zero_centered_gamma={self.zero_centered_gamma}, kiln"
+
+
+class LayerNorm(_KilnNorm):
     """y = (x - mean) * rsqrt(var + eps) * gamma + beta over the last
     dimension, on kiln's layer_norm kernels. x ``[..., hidden]`` float32,
     float16 or bfloat16 (CUDA tensors); returns x's shape and dtype.
@@ -71,37 +112,17 @@ class LayerNorm(torch.nn.Module):
         zero_centered_gamma: bool = False,
         normalization: str = "LayerNorm",
     ) -> None:
-        super().__init__()
-        self.config = config
-        self.hidden_size = _hidden(hidden_size)
-        self.eps = float(eps)
-        self.zero_centered_gamma = _zero_centered(config, zero_centered_gamma)
-        self.sequence_parallel = bool(getattr(config, "sequence_parallel", False))
-        self.weight = Parameter(torch.empty(self.hidden_size))
-        self.bias = Parameter(torch.empty(self.hidden_size))
-        self.reset_parameters()
-        setattr(self.weight, "sequence_parallel", self.sequence_parallel)
-        setattr(self.bias, "sequence_parallel", self.sequence_parallel)
-
-    def reset_parameters(self) -> None:
-        torch.nn.init.zeros_(self.bias)
-        if self.zero_centered_gamma:
-            torch.nn.init.zeros_(self.weight)
-        else:
-            torch.nn.init.ones_(self.weight)
+        super().__init__(config, hidden_size, eps, zero_centered_gamma, with_bias=True)
 
     def forward(self, x: Tensor) -> Tensor:
-        w = self.weight + 1 if self.zero_centered_gamma else self.weight
-        w, b = _weight_for(w, x), _weight_for(self.bias, x)
+        w = self._gamma(x)
+        b = _weight_for(self.bias, x)
         if b.dtype != w.dtype:
             b = b.to(w.dtype)
         return kt.layer_norm(x, w, b, self.eps)
 
-    def extra_repr(self) -> str:
-        return f"{self.hidden_size}, eps={self.eps}, zero_centered_gamma={self.zero_centered_gamma}, kiln"
 
-
-class RMSNorm(torch.nn.Module):
+class RMSNorm(_KilnNorm):
     """y = x * rsqrt(mean(x^2) + eps) * gamma over the last dimension, on
     kiln's rms_norm kernels. Arguments as ``LayerNorm``; no bias."""
 
@@ -114,28 +135,10 @@ class RMSNorm(torch.nn.Module):
         zero_centered_gamma: bool = False,
         normalization: str = "RMSNorm",
     ) -> None:
-        super().__init__()
-        self.config = config
-        self.hidden_size = _hidden(hidden_size)
-        self.eps = float(eps)
-        self.zero_centered_gamma = _zero_centered(config, zero_centered_gamma)
-        self.sequence_parallel = bool(getattr(config, "sequence_parallel", False))
-        self.weight = Parameter(torch.empty(self.hidden_size))
-        self.reset_parameters()
-        setattr(self.weight, "sequence_parallel", self.sequence_parallel)
-
-    def reset_parameters(self) -> None:
-        if self.zero_centered_gamma:
-            torch.nn.init.zeros_(self.weight)
-        else:
-            torch.nn.init.ones_(self.weight)
+        super().__init__(config, hidden_size, eps, zero_centered_gamma, with_bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        w = self.weight + 1 if self.zero_centered_gamma else self.weight
-        return kt.rms_norm(x, _weight_for(w, x), self.eps)
-
-    def extra_repr(self) -> str:
-        return f"{self.hidden_size}, eps={self.eps}, zero_centered_gamma={self.zero_centered_gamma}, kiln"
+        return kt.rms_norm(x, self._gamma(x), self.eps)
 
 
 class Norm:
