@@ -79,6 +79,23 @@ static kiln_module_attempt reject(kiln_loader *l, const kiln_unit_slot *s, const
   return KILN_MODULE_REJECTED;
 }
 
+/* Looks every entry point of the unit up in a freshly loaded module (the
+ * context current) and keeps the handles: a record that names another
+ * unit's blob loads fine but has none of them. NULL when all are there, else
+ * the first missing name (and no handle is kept). */
+static const char *bind_entries(kiln_loader *l, kiln_unit_slot *s, CUmodule mod) {
+  for (size_t e = 0; e < s->unit->n_entries; e++) {
+    CUfunction f = NULL;
+    if (l->cu->ModuleGetFunction(&f, mod, s->unit->entries[e].name) != CUDA_SUCCESS) {
+      for (size_t k = 0; k < e; k++)
+        __atomic_store_n(&s->fns[k], NULL, __ATOMIC_RELEASE);
+      return s->unit->entries[e].name;
+    }
+    __atomic_store_n(&s->fns[e], f, __ATOMIC_RELEASE);
+  }
+  return NULL;
+}
+
 kiln_module_attempt kiln_module_load(kiln_loader *l, kiln_unit_slot *s, const kiln_record *want,
                                      kiln_load_source src, char *err, size_t err_cap) {
   kiln_record rec;
@@ -89,6 +106,7 @@ kiln_module_attempt kiln_module_load(kiln_loader *l, kiln_unit_slot *s, const ki
   kiln_module_attempt a = KILN_MODULE_SKIPPED;
   int pushed = 0;
   char jit_log[512];
+  const char *missing = NULL;
   double t0 = kiln_clock_ms();
   if (kiln_cache_get(&rec, &blob, &size, l->cache, want->key) != KILN_OK) {
     snprintf(err, err_cap, "%s: %s", want->target, kiln_last_error());
@@ -120,7 +138,17 @@ kiln_module_attempt kiln_module_load(kiln_loader *l, kiln_unit_slot *s, const ki
     goto out;
   }
   r = load_with_log(l, &mod, blob, jit_log, sizeof jit_log);
+  if (r == CUDA_SUCCESS && (missing = bind_entries(l, s, mod)) != NULL) {
+    l->cu->ModuleUnload(mod); /* another unit's image (a record pointing at its blob) */
+    mod = NULL;
+  }
   kiln_ctx_leave(l, pushed);
+  if (missing) {
+    snprintf(err, err_cap, "%s (%.12s): not %s's image: it has no entry point %s", rec.target,
+             rec.digest, s->unit->name, missing);
+    a = reject(l, s, &rec, err);
+    goto out;
+  }
   if (r != CUDA_SUCCESS) {
     const char *text = NULL;
     l->cu->GetErrorString(r, &text);

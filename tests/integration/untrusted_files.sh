@@ -118,3 +118,17 @@ for change in "digest = ''" "digest = upper(digest)" "size = size + 1"; do
   ((SECONDS - start < 30)) || fail "a build over a record with $change took $((SECONDS - start)) s"
   rm -rf "$T/U"
 done
+
+if [[ -f ${IT_FAKECUDA:-} ]]; then
+  log "a record pointing at another unit's (valid) blob: refused at load, dropped and rebuilt"
+  copy_cache "$(fixture warm)" "$T/X"
+  expect_exit 0 kiln build --arch 90 --kernels scaled_masked_softmax --cache "$T/X"
+  other=$(index_query "$T/X" "SELECT digest || ' ' || size FROM records WHERE unit = 'scaled_masked_softmax' AND target = 'sm_90'")
+  [[ -n $other ]] || fail "the warm fixture has no scaled_masked_softmax sm_90"
+  index_query "$T/X" "UPDATE records SET digest = '${other% *}', size = ${other#* } WHERE unit = 'scaled_softmax' AND target = 'sm_90'"
+  KILN_CUDA_LIBRARY=$IT_FAKECUDA KILN_FAKE_CUDA_DEVICES=90 \
+    expect_exit 0 kiln warmup --kernels scaled_softmax --cache "$T/X"
+  expect_stderr_contains "not scaled_softmax's image: it has no entry point kiln_scaled_softmax_"
+  KILN_CUDA_LIBRARY=$IT_FAKECUDA KILN_FAKE_CUDA_DEVICES=90 \
+    expect_exit 0 kiln warmup --kernels scaled_softmax --cache "$T/X" --offline
+fi
