@@ -119,8 +119,13 @@ static kiln_status set_wal(sqlite3 *db) {
  * is someone's directory (--cache ~): creating cas/, tmp/ and an index there,
  * and cleaning its tmp/, would be touching files that are not kiln's. */
 static kiln_status check_kiln_dir(const char *dir) {
-  static const char *const ours[] = {
-      "cas", "tmp", "quarantine", "index.sqlite-wal", "index.sqlite-shm", "index.sqlite-journal"};
+  static const char *const ours[] = {"cas",
+                                     "tmp",
+                                     "quarantine",
+                                     "index.sqlite" /* made since the first look */,
+                                     "index.sqlite-wal",
+                                     "index.sqlite-shm",
+                                     "index.sqlite-journal"};
   char path[KILN_PATH_MAX];
   struct stat st;
   DIR *d;

@@ -215,7 +215,11 @@ int cmd_probe(int argc, char **argv) {
   while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
     switch (c) {
     case 'c':
-      if (cli_cache_arg("probe", optarg, &dir)) return EXIT_USAGE;
+      if (cli_cache_arg("probe", optarg, &dir)) {
+        json_decref(gpus);
+        json_decref(units);
+        return EXIT_USAGE;
+      }
       break;
     case 'J': json = 1; break;
     case 'h': fputs(usage, stdout); goto usage_out;

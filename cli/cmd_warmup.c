@@ -220,7 +220,10 @@ int cmd_warmup(int argc, char **argv) {
     case 'T': timeout = optarg; break;
     case 'v': w.verify = 1; break;
     case 'c':
-      if (cli_cache_arg("warmup", optarg, &w.dir)) return EXIT_USAGE;
+      if (cli_cache_arg("warmup", optarg, &w.dir)) {
+        json_decref(arr);
+        return EXIT_USAGE;
+      }
       break;
     case 'o': w.offline = 1; break;
     case 'J': w.json = 1; break;
