@@ -70,6 +70,10 @@ def _c(t: Tensor) -> Tensor:
     return t if t.is_contiguous() else t.contiguous()
 
 
+def _c_opt(t: Tensor | None) -> Tensor | None:
+    return _c(t) if t is not None else None
+
+
 def _same_dtype(op: str, x: Tensor, **others: Tensor | None) -> None:
     for name, t in others.items():
         if t is not None and t.dtype != x.dtype:
@@ -463,8 +467,8 @@ def _bias_gelu(x: Tensor, bias: Tensor | None) -> Tensor:
     _bias_check("bias_gelu", x, bias, cols)
     x = _c(x)
     y = torch.empty_like(x)
-    bias = _c(bias) if bias is not None else None  # kept alive across the launch
-    bp = bias.data_ptr() if bias is not None else None
+    bias = _c_opt(bias)  # kept alive across the launch
+    bp = rt.ptr(bias)
     _run("bias_gelu", x, "kiln_bias_gelu_fwd", rt.dtype_code(x, "x"), y.data_ptr(), x.data_ptr(), bp, rows, cols)
     return y
 
@@ -474,8 +478,8 @@ def _bias_gelu_backward(dy: Tensor, x: Tensor, bias: Tensor | None) -> Tensor:
     rows, cols = _rows_cols("bias_gelu", x)
     dy, x = _c(dy), _c(x)
     dx = torch.empty_like(x)
-    bias = _c(bias) if bias is not None else None  # kept alive across the launch
-    bp = bias.data_ptr() if bias is not None else None
+    bias = _c_opt(bias)  # kept alive across the launch
+    bp = rt.ptr(bias)
     _run(
         "bias_gelu", x, "kiln_bias_gelu_bwd", rt.dtype_code(x, "x"), dx.data_ptr(), dy.data_ptr(),
         x.data_ptr(), bp, rows, cols,
@@ -491,8 +495,8 @@ def _bias_swiglu(x: Tensor, bias: Tensor | None) -> Tensor:
     _bias_check("bias_swiglu", x, bias, cols2)
     x = _c(x)
     y = x.new_empty((*x.shape[:-1], cols2 // 2))
-    bias = _c(bias) if bias is not None else None  # kept alive across the launch
-    bp = bias.data_ptr() if bias is not None else None
+    bias = _c_opt(bias)  # kept alive across the launch
+    bp = rt.ptr(bias)
     _run(
         "bias_swiglu", x, "kiln_bias_swiglu_fwd", rt.dtype_code(x, "x"), y.data_ptr(), x.data_ptr(),
         bp, rows, cols2 // 2,
@@ -505,8 +509,8 @@ def _bias_swiglu_backward(dy: Tensor, x: Tensor, bias: Tensor | None) -> Tensor:
     rows, cols2 = _rows_cols("bias_swiglu", x)
     dy, x = _c(dy), _c(x)
     dx = torch.empty_like(x)
-    bias = _c(bias) if bias is not None else None  # kept alive across the launch
-    bp = bias.data_ptr() if bias is not None else None
+    bias = _c_opt(bias)  # kept alive across the launch
+    bp = rt.ptr(bias)
     _run(
         "bias_swiglu", x, "kiln_bias_swiglu_bwd", rt.dtype_code(x, "x"), dx.data_ptr(), dy.data_ptr(),
         x.data_ptr(), bp, rows, cols2 // 2,
@@ -594,8 +598,8 @@ def _bias_dropout_add(
     seed, offset = (int(v) for v in seed_offset.tolist())
     x, residual = _c(x), _c(residual)
     y = torch.empty_like(x)
-    bias = _c(bias) if bias is not None else None  # kept alive across the launch
-    bp = bias.data_ptr() if bias is not None else None
+    bias = _c_opt(bias)  # kept alive across the launch
+    bp = rt.ptr(bias)
     _run(
         "bias_dropout_add", x, "kiln_bias_dropout_add_fwd", rt.dtype_code(x, "x"), y.data_ptr(),
         x.data_ptr(), bp, residual.data_ptr(), rows, cols, p, seed, offset, int(training),
