@@ -370,6 +370,7 @@ KILN_API kiln_status kiln_cache_import(kiln_cache_import_report *out, kiln_cache
   if (!out || !c || !path || !*path)
     return kiln_fail(KILN_EINVAL, "kiln_cache_import: NULL argument");
   memset(out, 0, sizeof *out);
+  if (kiln_cache_writable(c, "import") != KILN_OK) return KILN_EPERM;
   memset(&a, 0, sizeof a);
   if (strcmp(path, "-") == 0) {
     fd = 0;

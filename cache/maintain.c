@@ -262,12 +262,14 @@ static int mkstemp_suffix(const char *p) {
 }
 
 /* The temp names kiln writes in tmp/: 1 for tmp.<pid>.<host>.XXXXXX
- * (common/fileio.c), 2 for import-XXXXXX and remote-XXXXXX (cache/import.c,
- * cache/remote_fetch.c); 0 for any other name. */
+ * (common/fileio.c), 2 for import-XXXXXX, remote-XXXXXX and repair-XXXXXX
+ * (cache/import.c, cache/remote_fetch.c, cache/repair.c); 0 for any other
+ * name. */
 static int tmp_name_kind(const char *name) {
   const char *dot;
   if (strncmp(name, "import-", 7) == 0) return mkstemp_suffix(name + 7) ? 2 : 0;
   if (strncmp(name, "remote-", 7) == 0) return mkstemp_suffix(name + 7) ? 2 : 0;
+  if (strncmp(name, "repair-", 7) == 0) return mkstemp_suffix(name + 7) ? 2 : 0;
   if (strncmp(name, "tmp.", 4) != 0 || !isdigit((unsigned char)name[4])) return 0;
   dot = strrchr(name, '.');
   return dot && dot > name + 4 && mkstemp_suffix(dot + 1) ? 1 : 0;
@@ -311,29 +313,28 @@ static void clean_tmp(kiln_cache *c) {
   closedir(d);
 }
 
-/* sqlite's own check of the index; best effort (a failure to run it is
- * not an issue found). */
-static void quick_check(verify_ctx *v) {
-  sqlite3_stmt *st = NULL;
-  int row = 0;
-  if (kiln_sql_prepare(&st, v->c->primary.db, "PRAGMA quick_check", NULL, 0, "quick check") ==
-          KILN_OK &&
-      kiln_sql_step(&row, st, "quick check") == KILN_OK && row) {
-    const char *res = (const char *)sqlite3_column_text(st, 0);
-    if (!res || strcmp(res, "ok") != 0)
-      add_issue(v, "index.sqlite", res ? res : "quick_check failed");
-  }
-  sqlite3_finalize(st);
+/* sqlite's own check of the index. A corrupt one is the only issue
+ * reported: what the rest would do (drop records, quarantine blobs) rests on
+ * reading the index, and kiln_cache_repair is the fix. 1 when corrupt. */
+static int index_corrupt(verify_ctx *v) {
+  char path[KILN_PATH_MAX + 16], why[96], what[sizeof v->r->issues->what];
+  if (kiln_index_quick_check(v->c->primary.db, why, sizeof why) == KILN_OK) return 0;
+  snprintf(path, sizeof path, "%s/index.sqlite", v->c->primary.dir);
+  snprintf(what, sizeof what, "index corrupt (%s)", why);
+  add_issue(v, path, what);
+  return 1;
 }
 
 kiln_status kiln_cache_verify(kiln_cache_verify_report *out, kiln_cache *c) {
   verify_ctx v = {c, out, KILN_OK};
   kiln_status rc;
   memset(out, 0, sizeof *out);
+  KILN_CHECK(kiln_cache_writable(c, "verify (it quarantines what it finds)"));
+  if (index_corrupt(&v)) goto done;
   clean_tmp(c);
-  quick_check(&v);
   KILN_CHECK(walk_cas(c, verify_blob, &v));
   verify_records(&v);
+done:
   rc = v.rc;
 out:
   return rc;

@@ -55,7 +55,7 @@ out:
  * warm reads from turning into index writes. */
 static void touch(kiln_cache *c, const kiln_record *rec) {
   int64_t now = kiln_now_s();
-  if (now - rec->last_used < 60) return;
+  if (now - rec->last_used < 60 || c->read_only) return;
   if (kiln_sql_run(c->primary.db, "UPDATE records SET last_used = ?1 WHERE key = ?2",
                    SQL_ARGS(SQL_INT(now), SQL_TEXT(rec->key)), "touch") != KILN_OK)
     kiln_log(KILN_LOG_DEBUG, "touch %s: %s", rec->key, kiln_last_error());
@@ -223,6 +223,7 @@ kiln_status kiln_cache_put(kiln_cache *c, kiln_record *rec, const void *blob, si
                            const char *log, size_t log_len) {
   kiln_status rc;
   if (!c || !rec || (!blob && size)) return kiln_fail(KILN_EINVAL, "kiln_cache_put: NULL argument");
+  KILN_CHECK(kiln_cache_writable(c, "store a record"));
   if (!size)
     return kiln_fail(KILN_EINVAL, "kiln_cache_put: %s %s: a 0-byte artifact is never stored",
                      rec->unit, rec->target);

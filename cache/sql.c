@@ -104,10 +104,17 @@ int64_t kiln_now_s(void) {
 
 kiln_status kiln_txn_begin(kiln_cache *c, const char *what) {
   kiln_status rc;
+  KILN_CHECK(kiln_cache_writable(c, what)); /* every change to the index starts here */
   pthread_mutex_lock(&c->lock);
   rc = kiln_sql_exec(c->primary.db, "BEGIN IMMEDIATE", what);
   if (rc != KILN_OK) pthread_mutex_unlock(&c->lock);
+out:
   return rc;
+}
+
+kiln_status kiln_cache_writable(const kiln_cache *c, const char *what) {
+  if (!c->read_only) return KILN_OK;
+  return kiln_fail(KILN_EPERM, "cache %s is open read-only: cannot %s", c->primary.dir, what);
 }
 
 kiln_status kiln_txn_end(kiln_cache *c, kiln_status rc, const char *what) {

@@ -1,6 +1,7 @@
 /* Opening the local store: directory checks, the sqlite index, layers. */
 #include <dirent.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,44 +22,69 @@
 /* " key TEXT PRIMARY KEY, unit TEXT NOT NULL, ...": byte for byte the text
  * schema 1 wrote, which sqlite keeps in every cache's sqlite_master. */
 #define COLUMN_DECL(field, type, column, decl, json, canon, wire) " " column " " decl
-#define RECORDS_TABLE                                                                              \
-  "CREATE TABLE IF NOT EXISTS records(" KILN_RECORD_FIELDS(COLUMN_DECL, ",") ");"
+#define RECORDS_DECL "records(" KILN_RECORD_FIELDS(COLUMN_DECL, ",") ")"
+#define FAILURES_DECL                                                                              \
+  "failures("                                                                                      \
+  " key TEXT PRIMARY KEY, unit TEXT NOT NULL, target TEXT NOT NULL, log TEXT,"                     \
+  " created INTEGER NOT NULL, expires INTEGER NOT NULL)"
+#define PINS_DECL                                                                                  \
+  "pins("                                                                                          \
+  " key TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL, created INTEGER NOT NULL,"        \
+  " PRIMARY KEY(key, host, pid))"
+/* schema 2: single-flight build leases, and one row per compile run */
+#define LEASES_DECL                                                                                \
+  "leases("                                                                                        \
+  " key TEXT PRIMARY KEY, unit TEXT NOT NULL, target TEXT NOT NULL, host TEXT NOT NULL,"           \
+  " pid INTEGER NOT NULL, token TEXT NOT NULL, acquired_ms INTEGER NOT NULL,"                      \
+  " heartbeat_ms INTEGER NOT NULL)"
+#define BUILDS_DECL                                                                                \
+  "builds("                                                                                        \
+  " id INTEGER PRIMARY KEY, key TEXT NOT NULL, unit TEXT NOT NULL, target TEXT NOT NULL,"          \
+  " host TEXT NOT NULL, pid INTEGER NOT NULL, started INTEGER NOT NULL, ms REAL,"                  \
+  " ok INTEGER NOT NULL)"
+/* schema 3: totals of the remote cache's traffic (include/kiln/remote.h) */
+#define REMOTE_STATS_DECL "remote_stats(name TEXT PRIMARY KEY, value INTEGER NOT NULL)"
+/* schema 4: reproducibility conflicts met by kiln_cache_import */
+#define CONFLICTS_DECL                                                                             \
+  "conflicts("                                                                                     \
+  " key TEXT NOT NULL, unit TEXT NOT NULL, target TEXT NOT NULL, kept TEXT NOT NULL,"              \
+  " refused TEXT NOT NULL, source TEXT NOT NULL, at INTEGER NOT NULL,"                             \
+  " PRIMARY KEY(key, refused))"
 
-static const char *schema_sql = RECORDS_TABLE
+#define CREATE "CREATE TABLE IF NOT EXISTS "
+static const char *schema_sql = CREATE RECORDS_DECL
+    ";"
     "CREATE INDEX IF NOT EXISTS records_digest ON records(digest);"
-    "CREATE INDEX IF NOT EXISTS records_last_used ON records(last_used);"
-    "CREATE TABLE IF NOT EXISTS failures("
-    " key TEXT PRIMARY KEY, unit TEXT NOT NULL, target TEXT NOT NULL, log TEXT,"
-    " created INTEGER NOT NULL, expires INTEGER NOT NULL);"
-    "CREATE TABLE IF NOT EXISTS pins("
-    " key TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL, created INTEGER NOT NULL,"
-    " PRIMARY KEY(key, host, pid));"
-    /* schema 2: single-flight build leases, and one row per compile run */
-    "CREATE TABLE IF NOT EXISTS leases("
-    " key TEXT PRIMARY KEY, unit TEXT NOT NULL, target TEXT NOT NULL, host TEXT NOT NULL,"
-    " pid INTEGER NOT NULL, token TEXT NOT NULL, acquired_ms INTEGER NOT NULL,"
-    " heartbeat_ms INTEGER NOT NULL);"
-    "CREATE TABLE IF NOT EXISTS builds("
-    " id INTEGER PRIMARY KEY, key TEXT NOT NULL, unit TEXT NOT NULL, target TEXT NOT NULL,"
-    " host TEXT NOT NULL, pid INTEGER NOT NULL, started INTEGER NOT NULL, ms REAL,"
-    " ok INTEGER NOT NULL);"
-    "CREATE INDEX IF NOT EXISTS builds_key ON builds(key);"
-    /* schema 3: totals of the remote cache's traffic (include/kiln/remote.h) */
-    "CREATE TABLE IF NOT EXISTS remote_stats(name TEXT PRIMARY KEY, value INTEGER NOT NULL);"
-    /* schema 4: reproducibility conflicts met by kiln_cache_import */
-    "CREATE TABLE IF NOT EXISTS conflicts("
-    " key TEXT NOT NULL, unit TEXT NOT NULL, target TEXT NOT NULL, kept TEXT NOT NULL,"
-    " refused TEXT NOT NULL, source TEXT NOT NULL, at INTEGER NOT NULL,"
-    " PRIMARY KEY(key, refused));";
+    "CREATE INDEX IF NOT EXISTS records_last_used ON records(last_used);" CREATE FAILURES_DECL
+    ";" CREATE PINS_DECL ";" CREATE LEASES_DECL ";" CREATE BUILDS_DECL ";"
+    "CREATE INDEX IF NOT EXISTS builds_key ON builds(key);" CREATE REMOTE_STATS_DECL
+    ";" CREATE CONFLICTS_DECL ";";
+
+/* Every table by name: a read-only handle on an older index gets the ones
+ * that index lacks as empty TEMP tables (in sqlite's temp database, never in
+ * the cache), so every reader works on every schema it accepts. */
+static const struct {
+  const char *name, *decl;
+} tables[] = {{"records", RECORDS_DECL},    {"failures", FAILURES_DECL},
+              {"pins", PINS_DECL},          {"leases", LEASES_DECL},
+              {"builds", BUILDS_DECL},      {"remote_stats", REMOTE_STATS_DECL},
+              {"conflicts", CONFLICTS_DECL}};
 
 /* The cache directory must be ours and closed to others: anyone who can write
  * it can plant code that every training process will run. */
-static kiln_status check_dir(const char *dir) {
+static kiln_status check_dir(const char *dir, int read_only) {
   struct stat st;
-  if (stat(dir, &st) != 0) return kiln_fail_errno(KILN_EIO, errno, "cache directory %s", dir);
+  if (stat(dir, &st) != 0)
+    return read_only && errno == ENOENT
+               ? kiln_fail(KILN_ENOTFOUND,
+                           "cache directory %s does not exist: nothing to read (the first "
+                           "`kiln build --cache %s` creates it)",
+                           dir, dir)
+               : kiln_fail_errno(KILN_EIO, errno, "cache directory %s", dir);
   if (!S_ISDIR(st.st_mode))
     return kiln_fail(KILN_EIO, "cache directory %s is not a directory", dir);
-  if (st.st_uid != geteuid())
+  /* Read, as a read-only layer is: root's (a cache baked into an image) will do. */
+  if (st.st_uid != geteuid() && !(read_only && st.st_uid == 0))
     return kiln_fail(KILN_EPERM,
                      "cache directory %s is owned by uid %u, not by you (uid %u): use a "
                      "directory of your own (--cache DIR or KILN_CACHE_DIR), or share a cache "
@@ -68,9 +94,41 @@ static kiln_status check_dir(const char *dir) {
     return kiln_fail(
         KILN_EPERM, "cache directory %s is writable by %s (mode %04o): run 'chmod 700 %s'", dir,
         (st.st_mode & S_IWOTH) ? "others" : "its group", (unsigned)(st.st_mode & 07777), dir);
-  if (access(dir, W_OK | X_OK) != 0)
+  if (!read_only && access(dir, W_OK | X_OK) != 0)
     return kiln_fail_errno(KILN_EIO, errno, "cache directory %s is not writable", dir);
   return KILN_OK;
+}
+
+kiln_status kiln_index_create_schema(sqlite3 *db) {
+  char pragma[64];
+  kiln_status rc;
+  KILN_CHECK(kiln_sql_exec(db, schema_sql, "create schema"));
+  snprintf(pragma, sizeof pragma, "PRAGMA user_version=%d", KILN_CACHE_SCHEMA_VERSION);
+  rc = kiln_sql_exec(db, pragma, "set schema version");
+out:
+  return rc;
+}
+
+kiln_status kiln_index_quick_check(sqlite3 *db, char *why, size_t cap) {
+  sqlite3_stmt *st = NULL;
+  int r = sqlite3_prepare_v2(db, "PRAGMA quick_check(1)", -1, &st, NULL);
+  if (r == SQLITE_OK) r = sqlite3_step(st);
+  if (r == SQLITE_ROW) {
+    const char *res = (const char *)sqlite3_column_text(st, 0);
+    snprintf(why, cap, "%s", res ? res : "quick_check gave no answer");
+    r = res && strcmp(res, "ok") == 0 ? SQLITE_OK : SQLITE_CORRUPT;
+  } else {
+    snprintf(why, cap, "%s", sqlite3_errmsg(db));
+  }
+  sqlite3_finalize(st);
+  return r == SQLITE_OK ? KILN_OK : KILN_ECORRUPT;
+}
+
+static kiln_status schema_too_new(const char *dir, int64_t version) {
+  return kiln_fail(KILN_EUNSUPPORTED,
+                   "cache %s has schema %d, newer than this kiln's %d: upgrade kiln or use "
+                   "another --cache",
+                   dir, (int)version, KILN_CACHE_SCHEMA_VERSION);
 }
 
 static kiln_status init_schema(sqlite3 *db, const char *dir) {
@@ -80,18 +138,11 @@ static kiln_status init_schema(sqlite3 *db, const char *dir) {
   rc = kiln_sql_int(&version, NULL, db, "PRAGMA user_version", NULL, 0, "read schema version");
   if (rc != KILN_OK) goto rollback;
   if (version > KILN_CACHE_SCHEMA_VERSION) {
-    rc = kiln_fail(KILN_EUNSUPPORTED,
-                   "cache %s has schema %d, newer than this kiln's %d: upgrade kiln or use "
-                   "another --cache",
-                   dir, (int)version, KILN_CACHE_SCHEMA_VERSION);
+    rc = schema_too_new(dir, version);
     goto rollback;
   }
   if (version < KILN_CACHE_SCHEMA_VERSION) {
-    char pragma[64];
-    rc = kiln_sql_exec(db, schema_sql, "create schema");
-    if (rc != KILN_OK) goto rollback;
-    snprintf(pragma, sizeof pragma, "PRAGMA user_version=%d", KILN_CACHE_SCHEMA_VERSION);
-    rc = kiln_sql_exec(db, pragma, "set schema version");
+    rc = kiln_index_create_schema(db);
     if (rc != KILN_OK) goto rollback;
   }
   return kiln_sql_exec(db, "COMMIT", "commit schema");
@@ -149,16 +200,133 @@ static kiln_status check_kiln_dir(const char *dir) {
   return rc;
 }
 
+/* "file:<dir>/index.sqlite?mode=ro[&immutable=1]", the characters a URI
+ * would read as syntax escaped. */
+static kiln_status index_uri(char *uri, size_t cap, const char *dir, int immutable) {
+  size_t n = (size_t)snprintf(uri, cap, "file:");
+  for (const char *p = dir; *p && n + 4 < cap; p++) {
+    if (*p == '%' || *p == '?' || *p == '#')
+      n += (size_t)snprintf(uri + n, cap - n, "%%%02X", (unsigned char)*p);
+    else
+      uri[n++] = *p;
+  }
+  uri[n] = '\0';
+  if (snprintf(uri + n, cap - n, "/index.sqlite?mode=ro%s", immutable ? "&immutable=1" : "") >=
+      (int)(cap - n))
+    return kiln_fail(KILN_EINVAL, "cache path too long: %s", dir);
+  return KILN_OK;
+}
+
+/* Whether a read-only connection to dir's index may skip sqlite's locks
+ * (immutable) because taking them would create files. A rollback-journal
+ * index (an older kiln's) is read under a shared lock, which creates
+ * nothing. A WAL index needs its -wal and -shm files: when both are there
+ * (a writer has it open, or was killed), they are used as they are; when
+ * not, sqlite would create them (and leave them behind, as a read-only
+ * connection cannot remove them), so the index is read immutable. That is
+ * safe while no checkpoint runs: a writer that starts meanwhile writes to the
+ * -wal, not to index.sqlite, until one does (at 1000 pages, or when the last
+ * writer closes); an inspection that races a checkpoint can fail with
+ * sqlite's "malformed" error, and is run again. */
+static int index_immutable(const char *dir) {
+  char p[KILN_PATH_MAX];
+  unsigned char hdr[20];
+  struct stat st;
+  FILE *f;
+  size_t n = 0;
+  if (snprintf(p, sizeof p, "%s/index.sqlite", dir) >= (int)sizeof p) return 1;
+  if ((f = fopen(p, "rb"))) {
+    n = fread(hdr, 1, sizeof hdr, f);
+    fclose(f);
+  }
+  if (n == sizeof hdr && hdr[18] == 1) return 0; /* rollback journal: shared lock only */
+  if (snprintf(p, sizeof p, "%s/index.sqlite-wal", dir) >= (int)sizeof p || stat(p, &st) != 0)
+    return 1;
+  return snprintf(p, sizeof p, "%s/index.sqlite-shm", dir) >= (int)sizeof p || stat(p, &st) != 0;
+}
+
+/* The tables an older index lacks, as empty TEMP tables (see tables[]). */
+static kiln_status add_missing_tables(sqlite3 *db) {
+  kiln_status rc = KILN_OK;
+  for (size_t i = 0; rc == KILN_OK && i < sizeof tables / sizeof tables[0]; i++) {
+    char sql[1024];
+    int64_t one = 0;
+    int found = 0;
+    rc = kiln_sql_int(&one, &found, db,
+                      "SELECT 1 FROM main.sqlite_master WHERE type = 'table' AND name = ?1",
+                      SQL_ARGS(SQL_TEXT(tables[i].name)), "read schema");
+    if (rc != KILN_OK || found) continue;
+    snprintf(sql, sizeof sql, "CREATE TEMP TABLE %s", tables[i].decl);
+    rc = kiln_sql_exec(db, sql, "read an older schema");
+  }
+  return rc;
+}
+
+/* A directory kiln may make a cache in but has not yet (empty, or its
+ * index has no schema yet) reads as an empty cache: an index in memory. */
+static kiln_status open_empty(kiln_cache *c) {
+  kiln_status rc = KILN_OK;
+  sqlite3_close(c->primary.db);
+  c->primary.db = NULL;
+  kiln_log(KILN_LOG_INFO, "cache %s has no index yet: read as empty", c->primary.dir);
+  SQL_CHECK(c->primary.db,
+            sqlite3_open_v2(":memory:", &c->primary.db,
+                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX, NULL),
+            "an empty index");
+  rc = kiln_index_create_schema(c->primary.db);
+out:
+  return rc;
+}
+
+/* The read-only open: no directory, table, journal mode or file is made or
+ * changed. A missing directory is KILN_ENOTFOUND; one with no index yet
+ * reads as an empty cache (open_empty). */
+static kiln_status open_primary_ro(kiln_cache *c) {
+  char path[KILN_PATH_MAX + 64], why[512];
+  const char *dir = c->primary.dir;
+  int64_t version = 0;
+  struct stat st;
+  kiln_status rc;
+  KILN_CHECK(check_dir(dir, 1));
+  KILN_CHECK(check_kiln_dir(dir));
+  KILN_CHECK(kiln_path_join(path, sizeof path, dir, "index.sqlite"));
+  if (lstat(path, &st) != 0 ? errno == ENOENT : S_ISREG(st.st_mode) && st.st_size == 0)
+    return open_empty(c);
+  KILN_CHECK(index_uri(path, sizeof path, dir, index_immutable(dir)));
+  SQL_CHECK(c->primary.db,
+            sqlite3_open_v2(path, &c->primary.db,
+                            SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_FULLMUTEX, NULL),
+            path);
+  sqlite3_busy_timeout(c->primary.db, 30000);
+  if (kiln_index_quick_check(c->primary.db, why, sizeof why) != KILN_OK) {
+    rc = kiln_fail(KILN_ECORRUPT,
+                   "cache index %s/index.sqlite is corrupt (PRAGMA quick_check: %s): builds and "
+                   "loads from it fail; fix with `kiln cache verify --repair --cache %s`",
+                   dir, why, dir);
+    goto out;
+  }
+  KILN_CHECK(kiln_sql_int(&version, NULL, c->primary.db, "PRAGMA user_version", NULL, 0,
+                          "read schema version"));
+  if (version > KILN_CACHE_SCHEMA_VERSION) {
+    rc = schema_too_new(dir, version);
+    goto out;
+  }
+  rc = version < 1 ? open_empty(c) : add_missing_tables(c->primary.db);
+out:
+  return rc;
+}
+
 static kiln_status open_primary(kiln_cache *c, int create) {
   char path[KILN_PATH_MAX];
   kiln_status rc;
-  if (create) KILN_CHECK(kiln_mkdir_p(c->primary.dir, 0700));
-  KILN_CHECK(check_dir(c->primary.dir));
-  KILN_CHECK(check_kiln_dir(c->primary.dir));
   KILN_CHECK(kiln_path_join(c->cas_dir, sizeof c->cas_dir, c->primary.dir, "cas"));
   KILN_CHECK(kiln_path_join(c->tmp_dir, sizeof c->tmp_dir, c->primary.dir, "tmp"));
   KILN_CHECK(
       kiln_path_join(c->quarantine_dir, sizeof c->quarantine_dir, c->primary.dir, "quarantine"));
+  if (c->read_only) return open_primary_ro(c);
+  if (create) KILN_CHECK(kiln_mkdir_p(c->primary.dir, 0700));
+  KILN_CHECK(check_dir(c->primary.dir, 0));
+  KILN_CHECK(check_kiln_dir(c->primary.dir));
   KILN_CHECK(kiln_mkdir(c->cas_dir, 0700));
   KILN_CHECK(kiln_mkdir(c->tmp_dir, 0700));
   KILN_CHECK(kiln_mkdir(c->quarantine_dir, 0700));
@@ -242,7 +410,6 @@ static void open_layer(kiln_cache *c, const char *dir) {
   char uri[KILN_PATH_MAX + 64], why[512];
   kiln_layer *l;
   kiln_status rc;
-  size_t n = 0;
   int r;
   if (c->n_layers == KILN_MAX_LAYERS) {
     kiln_log(KILN_LOG_WARN, "more than %d read-only cache layers: skipping %s", KILN_MAX_LAYERS,
@@ -255,15 +422,6 @@ static void open_layer(kiln_cache *c, const char *dir) {
   }
   l = &c->layers[c->n_layers];
   snprintf(l->dir, sizeof l->dir, "%s", dir);
-  /* file: URI; escape the characters a URI would read as syntax. */
-  n = (size_t)snprintf(uri, sizeof uri, "file:");
-  for (const char *p = dir; *p && n + 4 < sizeof uri; p++) {
-    if (*p == '%' || *p == '?' || *p == '#')
-      n += (size_t)snprintf(uri + n, sizeof uri - n, "%%%02X", (unsigned char)*p);
-    else
-      uri[n++] = *p;
-  }
-  uri[n] = '\0';
   /* immutable skips locking and the WAL; a layer whose writer is still open
    * (or was killed) has committed rows in index.sqlite-wal, so read it as a
    * plain read-only database then. A cache baked into an image has no WAL:
@@ -273,8 +431,7 @@ static void open_layer(kiln_cache *c, const char *dir) {
              "read-only cache layer %s has a write-ahead log: opened without "
              "immutable",
              dir);
-  if (snprintf(uri + n, sizeof uri - n, "/index.sqlite?mode=ro%s",
-               wal_pending(dir) ? "" : "&immutable=1") >= (int)(sizeof uri - n)) {
+  if (index_uri(uri, sizeof uri, dir, !wal_pending(dir)) != KILN_OK) {
     kiln_log(KILN_LOG_WARN, "read-only cache layer %s: path too long, skipped", dir);
     return;
   }
@@ -326,7 +483,14 @@ static kiln_status new_token(char out[33]) {
   return KILN_OK;
 }
 
-KILN_DEFINE_OPTIONS_INIT(kiln_cache_options, KILN_CACHE_OPTIONS_VERSION, KILN_CACHE_OPTIONS_INIT)
+/* Not KILN_DEFINE_OPTIONS_INIT: a caller of version 1 has a struct that
+ * ends before read_only, and no byte past it may be written. */
+kiln_status kiln_cache_options_init(kiln_cache_options *opts, int version) {
+  static const kiln_cache_options init = KILN_CACHE_OPTIONS_INIT;
+  size_t size = version >= 2 ? sizeof init : offsetof(kiln_cache_options, read_only);
+  return kiln_options_init(opts, &init, size, version, KILN_CACHE_OPTIONS_VERSION,
+                           "kiln_cache_options");
+}
 
 kiln_status kiln_cache_open(kiln_cache **out, const kiln_cache_options *opts) {
   kiln_cache_options dflt = KILN_CACHE_OPTIONS_INIT;
@@ -356,6 +520,8 @@ kiln_status kiln_cache_open(kiln_cache **out, const kiln_cache_options *opts) {
   } else {
     KILN_CHECK(kiln_param_cache_dir_path(c->primary.dir, sizeof c->primary.dir));
   }
+  /* version 1's struct ends before read_only */
+  c->read_only = opts->version >= 2 && opts->read_only;
   KILN_CHECK(open_primary(c, opts->create));
   open_layers(c, kiln_option_str(opts->ro_path, KILN_P_cache_path));
   KILN_CHECK(kiln_cache_set_remote(c, opts->remote));
@@ -371,7 +537,7 @@ void kiln_cache_close(kiln_cache *c) {
   kiln_remote_close(c->remote);
   /* Fold the WAL into index.sqlite so the directory can serve as a read-only
    * (immutable) layer as it is; best effort when others still have it open. */
-  if (c->primary.db) {
+  if (c->primary.db && !c->read_only) {
     /* No waiting: a reader elsewhere (a training process) must not hold up exit. */
     sqlite3_busy_timeout(c->primary.db, 0);
     sqlite3_exec(c->primary.db, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL);

@@ -18,7 +18,8 @@ typedef struct kiln_layer {
 } kiln_layer;
 
 struct kiln_cache {
-  kiln_layer primary; /* read-write */
+  kiln_layer primary; /* read-write, unless read_only */
+  int read_only;      /* kiln_cache_options.read_only: nothing is written */
   char cas_dir[KILN_PATH_MAX];
   char tmp_dir[KILN_PATH_MAX];
   char quarantine_dir[KILN_PATH_MAX];
@@ -43,6 +44,14 @@ struct kiln_cache {
  * bytes of their own. 1 when trusted; 0 with the first reason in why. */
 int kiln_layer_trusted(const char *dir, char *why, size_t cap);
 
+/* The first finding of PRAGMA quick_check on db into why (cap bytes):
+ * KILN_OK when the index is sound, else KILN_ECORRUPT (the check's finding,
+ * or sqlite's error when the check cannot even run). */
+kiln_status kiln_index_quick_check(sqlite3 *db, char *why, size_t cap);
+/* Creates the schema (every table and index) in an empty db and sets
+ * user_version: the tables a new index starts with (cache/repair.c). */
+kiln_status kiln_index_create_schema(sqlite3 *db);
+
 /* Frees a remote attached by kiln_cache_set_remote (NULL is fine). */
 void kiln_remote_close(struct kiln_remote *r);
 
@@ -50,15 +59,20 @@ void kiln_remote_close(struct kiln_remote *r);
  * orders a put's "blob is there, insert the record" against gc, rm and
  * quarantine's "nothing references it, remove the blob" across processes. */
 kiln_status kiln_txn_begin(kiln_cache *c, const char *what);
+/* KILN_EPERM, naming what, for a handle opened read-only; else KILN_OK. Every
+ * change to the primary layer (its index, cas/, tmp/, quarantine/) asks. */
+kiln_status kiln_cache_writable(const kiln_cache *c, const char *what);
 /* COMMIT when rc is KILN_OK, else ROLLBACK; releases c->lock. Returns rc, or
  * the COMMIT's failure. */
 kiln_status kiln_txn_end(kiln_cache *c, kiln_status rc, const char *what);
 
 /* cas/<2 hex>/<62 hex> under layer_dir. */
 kiln_status kiln_blob_path(char *out, size_t cap, const char *layer_dir, const char *digest);
-/* Reads the file at path (kiln_read_regular) and checks it has want_size
- * bytes (UINT64_MAX: any) hashing to digest: KILN_ECORRUPT saying which
- * differs. out may be NULL to check only. */
+/* Checks the file at path has want_size bytes (UINT64_MAX: any up to 1 GiB,
+ * the most a record may say) hashing to digest: KILN_ECORRUPT saying which
+ * differs. The size is checked before any byte is read. out may be NULL to
+ * check only: the file is then hashed as a stream (kiln_hash_regular), never
+ * held whole; otherwise it is read once (kiln_read_regular). */
 kiln_status kiln_blob_check(const char *path, const char *digest, uint64_t want_size, uint8_t **out,
                             size_t *out_size);
 /* Reads and verifies a blob; KILN_ENOTFOUND if absent, KILN_ECORRUPT (with

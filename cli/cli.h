@@ -35,7 +35,10 @@ int cli_usage_error(const char *verb, const char *fmt, ...) __attribute__((forma
 /* --cache's value: *out = dir, or the usage error (2) for an empty path,
  * which would otherwise silently mean the default cache. 0 when taken. */
 int cli_cache_arg(const char *verb, const char *dir, const char **out);
-/* Opens the cache at dir (NULL: from the environment). */
+/* Opens the cache at dir (NULL: from the environment): create 1 makes it
+ * when missing, 0 needs it to exist, CLI_CACHE_READ_ONLY opens it read-only
+ * (kiln_cache_options.read_only: nothing is created or changed). */
+#define CLI_CACHE_READ_ONLY 2
 kiln_status cli_open_cache(kiln_cache **out, const char *dir, int create);
 /* Parses a size such as 1048576, 64k, 500M, 2G or 2GiB (binary multiples).
  * KILN_EINVAL when it is not one; the caller names the flag. */

@@ -13,8 +13,14 @@ static const char *usage =
     "  ls                    every record: unit, target, kind, size, digest, layer\n"
     "  stats                 counts and bytes of records, blobs, failures, quarantine,\n"
     "                        and the remote cache's totals (hits, misses, errors, bytes)\n"
-    "  verify                re-hash every blob; bad ones are reported and quarantined\n"
-    "                        (exit status 1 if any)\n"
+    "  verify [--repair]     check the index (PRAGMA quick_check) and re-hash every\n"
+    "                        blob; bad blobs are reported and quarantined (exit\n"
+    "                        status 1 if any). A corrupt index is reported (exit 1)\n"
+    "                        and changes nothing; --repair rebuilds it from every\n"
+    "                        record it can still read whose blob verifies, keeps the\n"
+    "                        old one in quarantine/, and lists what was lost (misses\n"
+    "                        the next build fills). Run --repair while no other kiln\n"
+    "                        process uses the cache (refused, exit 1, if one does)\n"
     "  gc --max-size SIZE    evict least recently used records until the blobs fit in\n"
     "                        SIZE (e.g. 500M, 2G); pinned records are kept\n"
     "  rm KEY|GLOB           remove records by key or by unit name glob\n"
@@ -39,8 +45,9 @@ typedef struct cache_args {
   const char *dir;
   const char *max_size;
   uint64_t max_bytes;
-  int json, all;
-  const char *pattern; /* rm's KEY|GLOB; export's and import's FILE */
+  int json, all, repair;
+  kiln_cache_repair_report fixed; /* verify --repair's, done before the cache is opened */
+  const char *pattern;            /* rm's KEY|GLOB; export's and import's FILE */
   const char *arch, *kernels;
 } cache_args;
 
@@ -124,15 +131,55 @@ static int do_stats(kiln_cache *c, const cache_args *a) {
   return EXIT_OK;
 }
 
+/* verify --repair's outcome: {"repaired", "problem", "moved_to", "kept", "lost": [...]}. */
+static json_t *repair_json(const kiln_cache_repair_report *f) {
+  json_t *o = json_object(), *lost = json_array();
+  json_object_set_new(o, "repaired", json_boolean(f->repaired));
+  json_object_set_new(o, "problem", f->repaired ? json_string(f->problem) : json_null());
+  json_object_set_new(o, "moved_to", f->repaired ? json_string(f->moved_to) : json_null());
+  json_object_set_new(o, "kept", json_integer((json_int_t)f->kept));
+  for (size_t i = 0; i < f->n_lost; i++) {
+    const kiln_cache_lost_record *l = &f->lost_records[i];
+    json_t *e = json_object();
+    json_object_set_new(e, "key", json_string(l->key));
+    json_object_set_new(e, "unit", l->unit[0] ? json_string(l->unit) : json_null());
+    json_object_set_new(e, "target", l->target[0] ? json_string(l->target) : json_null());
+    json_object_set_new(e, "why", json_string(l->why));
+    json_array_append_new(lost, e);
+  }
+  json_object_set_new(o, "lost", lost);
+  return o;
+}
+
+static void print_repair(const kiln_cache_repair_report *f) {
+  if (!f->repaired) return;
+  printf("REPAIRED the index (%s): the old one is kept as %s\n", f->problem, f->moved_to);
+  for (size_t i = 0; i < f->n_lost; i++) {
+    const kiln_cache_lost_record *l = &f->lost_records[i];
+    if (l->unit[0])
+      printf("LOST %s %s (key %s): %s\n", l->unit, l->target, l->key, l->why);
+    else
+      printf("LOST key %s: %s\n", l->key, l->why);
+  }
+  printf("kiln cache verify: kept %llu records, lost %llu (misses: the next kiln build rebuilds "
+         "them)\n",
+         (unsigned long long)f->kept, (unsigned long long)f->lost);
+}
+
 static int do_verify(kiln_cache *c, const cache_args *a) {
   kiln_cache_verify_report r;
   kiln_status st = kiln_cache_verify(&r, c);
-  int rc;
+  char index[4200];
+  int rc, corrupt = 0;
   if (st != KILN_OK) return cli_error("cache verify", st);
+  snprintf(index, sizeof index, "%s/index.sqlite", kiln_cache_dir(c));
+  for (size_t i = 0; i < r.n_issues; i++)
+    corrupt |= strcmp(r.issues[i].path, index) == 0;
   if (a->json) {
     json_t *o = json_object(), *issues = json_array();
     json_object_set_new(o, "checked", json_integer((json_int_t)r.checked));
     json_object_set_new(o, "bad", json_integer((json_int_t)r.bad));
+    json_object_set_new(o, "index_corrupt", json_boolean(corrupt));
     for (size_t i = 0; i < r.n_issues; i++) {
       json_t *e = json_object();
       json_object_set_new(e, "path", json_string(r.issues[i].path));
@@ -140,12 +187,19 @@ static int do_verify(kiln_cache *c, const cache_args *a) {
       json_array_append_new(issues, e);
     }
     json_object_set_new(o, "issues", issues);
+    if (a->repair) json_object_set_new(o, "repair", repair_json(&a->fixed));
     cli_print_json(o);
   } else {
+    print_repair(&a->fixed);
     for (size_t i = 0; i < r.n_issues; i++)
       printf("BAD %s: %s\n", r.issues[i].path, r.issues[i].what);
-    printf("kiln cache verify: %llu blobs checked, %llu bad%s\n", (unsigned long long)r.checked,
-           (unsigned long long)r.bad, r.bad ? " (the next kiln build rebuilds them)" : "");
+    if (corrupt)
+      printf("kiln cache verify: the index is corrupt: builds and loads from this cache fail "
+             "until `kiln cache verify --repair --cache %s` rebuilds it (blobs not checked)\n",
+             kiln_cache_dir(c));
+    else
+      printf("kiln cache verify: %llu blobs checked, %llu bad%s\n", (unsigned long long)r.checked,
+             (unsigned long long)r.bad, r.bad ? " (the next kiln build rebuilds them)" : "");
   }
   rc = r.bad ? EXIT_FAIL : EXIT_OK;
   kiln_cache_verify_report_free(&r);
@@ -172,6 +226,8 @@ static int check_args(const char *verb, cache_args *a) {
   } else if (a->all) {
     return cli_usage_error("cache", "--all is for 'kiln cache rm'");
   }
+  if (a->repair && strcmp(verb, "verify") != 0)
+    return cli_usage_error("cache", "--repair is for 'kiln cache verify'");
   if ((a->arch || a->kernels) && strcmp(verb, "export") != 0)
     return cli_usage_error("cache", "--arch and --kernels are for 'kiln cache export'");
   if (strcmp(verb, "export") == 0 || strcmp(verb, "import") == 0) {
@@ -288,16 +344,26 @@ static int do_import(kiln_cache *c, const cache_args *a) {
 }
 
 int cmd_cache(int argc, char **argv) {
-  static const struct option longs[] = {
-      {"cache", required_argument, 0, 'c'},    {"json", no_argument, 0, 'J'},
-      {"max-size", required_argument, 0, 'm'}, {"all", no_argument, 0, 'A'},
-      {"arch", required_argument, 0, 'a'},     {"kernels", required_argument, 0, 'k'},
-      {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+  static const struct option longs[] = {{"cache", required_argument, 0, 'c'},
+                                        {"json", no_argument, 0, 'J'},
+                                        {"max-size", required_argument, 0, 'm'},
+                                        {"all", no_argument, 0, 'A'},
+                                        {"arch", required_argument, 0, 'a'},
+                                        {"kernels", required_argument, 0, 'k'},
+                                        {"repair", no_argument, 0, 'R'},
+                                        {"help", no_argument, 0, 'h'},
+                                        {0, 0, 0, 0}};
   static const struct {
     const char *name;
     int (*fn)(kiln_cache *, const cache_args *);
-  } verbs[] = {{"ls", do_ls}, {"stats", do_stats},   {"verify", do_verify}, {"gc", do_gc},
-               {"rm", do_rm}, {"export", do_export}, {"import", do_import}};
+    int open; /* cli_open_cache's mode: what only reads opens read-only */
+  } verbs[] = {{"ls", do_ls, CLI_CACHE_READ_ONLY},
+               {"stats", do_stats, CLI_CACHE_READ_ONLY},
+               {"verify", do_verify, 0},
+               {"gc", do_gc, 0},
+               {"rm", do_rm, 0},
+               {"export", do_export, CLI_CACHE_READ_ONLY},
+               {"import", do_import, 1}};
   cache_args a = {0};
   const char *verb;
   kiln_cache *c = NULL;
@@ -317,6 +383,7 @@ int cmd_cache(int argc, char **argv) {
     case 'J': a.json = 1; break;
     case 'm': a.max_size = optarg; break;
     case 'A': a.all = 1; break;
+    case 'R': a.repair = 1; break;
     case 'a': a.arch = optarg; break;
     case 'k': a.kernels = optarg; break;
     case 'h': fputs(usage, stdout); return EXIT_OK;
@@ -329,11 +396,20 @@ int cmd_cache(int argc, char **argv) {
   for (size_t i = 0; i < sizeof verbs / sizeof *verbs; i++) {
     if (strcmp(verb, verbs[i].name) != 0) continue;
     if ((rc = check_args(verb, &a)) != EXIT_OK) return rc;
-    /* import may fill a new cache; the others need one */
-    if ((st = cli_open_cache(&c, a.dir, strcmp(verb, "import") == 0)) != KILN_OK)
-      return cli_error("cache", st);
-    rc = verbs[i].fn(c, &a);
-    kiln_cache_close(c);
+    /* before the open: an index sqlite cannot read at all is repaired too */
+    if (a.repair && (st = kiln_cache_repair(&a.fixed, a.dir)) != KILN_OK)
+      return cli_error("cache verify --repair", st) == EXIT_USAGE ? EXIT_USAGE : EXIT_FAIL;
+    /* import may fill a new cache; ls, stats and export change nothing */
+    if ((st = cli_open_cache(&c, a.dir, verbs[i].open)) != KILN_OK) {
+      rc = cli_error("cache", st);
+      if (st == KILN_ECORRUPT)
+        fprintf(stderr, "kiln cache: fix: `kiln cache verify --repair%s%s`\n",
+                a.dir ? " --cache " : "", a.dir ? a.dir : "");
+    } else {
+      rc = verbs[i].fn(c, &a);
+      kiln_cache_close(c);
+    }
+    kiln_cache_repair_report_free(&a.fixed);
     return rc;
   }
   return cli_usage_error(

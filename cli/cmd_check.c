@@ -57,7 +57,7 @@ static kiln_status open_caches(kiln_cache **out, const char **dirs, int n) {
   kiln_cache_options o = KILN_CACHE_OPTIONS_INIT;
   char ro[8192] = "";
   size_t len = 0;
-  o.create = 0; /* checking never creates a cache */
+  o.read_only = 1; /* checking creates, migrates and writes nothing */
   if (n > 0) {
     o.dir = dirs[0];
     for (int i = 1; i < n && len < sizeof ro; i++)

@@ -252,7 +252,7 @@ int cmd_probe(int argc, char **argv) {
   if (kiln_probe_offline(&offline) != KILN_OK) /* the loader would refuse to open */
     json_object_set_new(o, "offline_error", json_string(kiln_last_error()));
   json_object_set_new(o, "offline", json_boolean(offline));
-  if (cli_open_cache(&cache, dir, 0) == KILN_OK) {
+  if (cli_open_cache(&cache, dir, CLI_CACHE_READ_ONLY) == KILN_OK) {
     json_object_set_new(o, "caches", caches_json(cache));
   } else {
     json_object_set_new(o, "caches", json_array());

@@ -54,7 +54,8 @@ static const char *usage =
     "  -h, --help      this help\n"
     "\n"
     "Exit status: 0 when every unit loaded (and verified) or the cache was\n"
-    "filled, 1 when any failed or there is no usable GPU, 2 for bad usage.\n";
+    "filled, 1 when any failed or there is no usable GPU, 2 for bad usage or\n"
+    "input (a malformed KILN_* variable, a --cache that is not a cache).\n";
 
 static double now_ms(void) {
   struct timespec ts;
@@ -86,7 +87,9 @@ static size_t matching_units(const char *glob) {
   return n;
 }
 
-/* Warms one device; prints a line per unit (or adds to arr). 0 or 1. */
+/* Warms one device; prints a line per unit (or adds to arr). 0, 1, or 2
+ * when the loader refused its input (KILN_EINVAL: a malformed KILN_*
+ * variable, a bad --cache) before it started. */
 static int warm_device(int ordinal, const warm_opts *w, json_t *arr) {
   kiln_loader_options o = KILN_LOADER_OPTIONS_INIT;
   kiln_cache_options co = KILN_CACHE_OPTIONS_INIT;
@@ -146,7 +149,7 @@ fail_err:
   json_object_set_new(dj, "error", json_string(err));
   json_object_set_new(dj, "status", json_string(kiln_status_str(st)));
   fprintf(stderr, "kiln warmup: device %d: %s\n", ordinal, err);
-  rc = EXIT_FAIL;
+  rc = !l && st == KILN_EINVAL ? EXIT_USAGE : EXIT_FAIL;
 out:
   json_decref(units);
   json_array_append_new(arr, dj);
@@ -281,8 +284,10 @@ int cmd_warmup(int argc, char **argv) {
     return EXIT_USAGE;
   }
   last = strcmp(device, "all") == 0 ? n - 1 : first;
-  for (int d = first; d <= last; d++)
-    if (warm_device(d, &w, arr) != EXIT_OK) rc = EXIT_FAIL;
+  for (int d = first; d <= last; d++) {
+    int drc = warm_device(d, &w, arr);
+    if (drc > rc) rc = drc; /* bad input (2) over a failure (1) */
+  }
   if (w.json) {
     json_t *o = json_object();
     json_object_set_new(o, "devices", arr);

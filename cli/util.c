@@ -33,7 +33,8 @@ int cli_cache_arg(const char *verb, const char *dir, const char **out) {
 kiln_status cli_open_cache(kiln_cache **out, const char *dir, int create) {
   kiln_cache_options o = KILN_CACHE_OPTIONS_INIT;
   o.dir = dir;
-  o.create = create;
+  o.create = create == 1;
+  o.read_only = create == CLI_CACHE_READ_ONLY;
   return kiln_cache_open(out, &o);
 }
 

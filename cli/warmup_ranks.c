@@ -230,7 +230,9 @@ int warmup_ranks(const warmup_ranks_opts *o) {
     fprintf(stderr, "kiln warmup: rank %d/%d: %s: %s\n", c->rank, c->size, kiln_status_str(st),
             err);
     json_object_set_new(out, "error", json_string(err));
-    rc = EXIT_FAIL;
+    /* EINVAL: input refused where it is first read (a malformed KILN_*
+     * variable, a --cache that is not a cache): bad input, as in kiln build */
+    rc = st == KILN_EINVAL ? EXIT_USAGE : EXIT_FAIL;
   }
   json_object_set_new(out, "status", json_string(kiln_status_str(st)));
   json_object_set_new(out, "ok", json_boolean(st == KILN_OK));

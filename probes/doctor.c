@@ -1,6 +1,7 @@
 /* kiln doctor: checks of the driver, NVRTC, the caches, leases, quarantine,
  * KILN_OFFLINE and the remote, each PASS / WARN / FAIL / SKIP with a fix.
- * Read-only: the cache is opened without create, the index only read. */
+ * Read-only: the cache is opened read-only (nothing created, migrated or
+ * written), the index only read. */
 #include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -27,9 +28,11 @@
 typedef struct doctor_ctx {
   kiln_doctor_report *r;
   const kiln_doctor_options *o;
-  char dir[4096];     /* the primary directory */
-  kiln_cache *cache;  /* NULL when it cannot be opened */
-  int n_gpus, driver; /* driver: CUDA version, 0 with no driver */
+  char dir[4096];    /* the primary directory */
+  kiln_cache *cache; /* NULL when it cannot be opened: */
+  kiln_status open_rc;
+  char open_error[1024]; /* why */
+  int n_gpus, driver;    /* driver: CUDA version, 0 with no driver */
   kiln_target archs[MAX_GPU_ARCHS];
   size_t n_archs;
   int nvrtc;
@@ -208,12 +211,26 @@ static void check_cache_dir(doctor_ctx *x) {
     doctor_add(x->r, "cache_dir", KILN_DOCTOR_FAIL, fix, "%s is not writable: %s", p,
                strerror(errno));
   } else if (!x->cache) {
-    doctor_add(x->r, "cache_dir", KILN_DOCTOR_FAIL,
-               "`kiln cache verify` or move the directory aside", "%s cannot be opened: %s", p,
-               kiln_last_error());
+    if (x->open_rc == KILN_ECORRUPT)
+      snprintf(fix, sizeof fix,
+               "`kiln cache verify --repair --cache %s` while no kiln process uses the cache "
+               "(it keeps every record it can still read)",
+               p);
+    else if (x->open_rc == KILN_EUNSUPPORTED)
+      snprintf(fix, sizeof fix, "upgrade kiln, or use another cache directory (KILN_CACHE_DIR)");
+    else if (x->open_rc == KILN_EINVAL)
+      snprintf(fix, sizeof fix, "name a new or empty directory, or a kiln cache (KILN_CACHE_DIR)");
+    else
+      snprintf(fix, sizeof fix, "fix what the message names, or move %s aside", p);
+    doctor_add(x->r, "cache_dir", KILN_DOCTOR_FAIL, fix, "%s cannot be opened: %s", p,
+               x->open_error);
   } else {
-    char layers[1024] = "";
+    char layers[1024] = "", index[4200];
     size_t n = 0, bad = 0;
+    snprintf(index, sizeof index, "%s/index.sqlite", p);
+    if (access(index, F_OK) != 0)
+      n = (size_t)snprintf(layers, sizeof layers,
+                           ": no cache in it yet (the first build makes one)");
     for (size_t i = 0; i < x->cache->n_layers; i++) {
       int ok = access(x->cache->layers[i].dir, R_OK | X_OK) == 0;
       bad += !ok;
@@ -448,7 +465,7 @@ static void open_cache(doctor_ctx *x) {
   kiln_cache_options o = KILN_CACHE_OPTIONS_INIT;
   char ro[8192] = "";
   size_t len = 0;
-  o.create = 0; /* a doctor never creates a cache */
+  o.read_only = 1; /* a doctor creates, migrates and writes nothing */
   if (x->o && x->o->n_dirs > 0) {
     o.dir = x->o->dirs[0];
     for (size_t i = 1; i < x->o->n_dirs && len < sizeof ro; i++)
@@ -459,14 +476,17 @@ static void open_cache(doctor_ctx *x) {
     x->dir[0] = '\0';
   }
   if (access(x->dir, F_OK) != 0) return;
-  if (kiln_cache_open(&x->cache, &o) == KILN_OK) return;
+  if ((x->open_rc = kiln_cache_open(&x->cache, &o)) == KILN_OK) return;
+  snprintf(x->open_error, sizeof x->open_error, "%s", kiln_last_error());
   x->cache = NULL;
   if (kiln_param_remote_url()) { /* a bad remote setting: the `remote` check says so */
     kiln_remote_options ro = KILN_REMOTE_OPTIONS_INIT;
     snprintf(x->remote_error, sizeof x->remote_error, "%s", kiln_last_error());
     ro.url = "";
     o.remote = &ro;
-    if (kiln_cache_open(&x->cache, &o) != KILN_OK) x->cache = NULL;
+    if ((x->open_rc = kiln_cache_open(&x->cache, &o)) == KILN_OK) return;
+    snprintf(x->open_error, sizeof x->open_error, "%s", kiln_last_error());
+    x->cache = NULL;
   }
 }
 

@@ -35,13 +35,19 @@ typedef struct kiln_cache_options {
   /* the remote HTTP cache (include/kiln/remote.h); NULL: from the environment
    * (KILN_REMOTE_URL, none when unset) */
   const struct kiln_remote_options *remote;
+  /* version 2. 1: open the primary directory read-only, to inspect it (kiln
+   * check, doctor, probe): nothing is created (create is ignored), migrated
+   * or written, not even last-used times or sqlite's -wal/-shm files; the
+   * index must pass PRAGMA quick_check. Writes (put, gc, rm, quarantine,
+   * verify, import) fail with KILN_EPERM. See docs/cache-format.md. */
+  int read_only;
 } kiln_cache_options;
 
-#define KILN_CACHE_OPTIONS_VERSION 1
+#define KILN_CACHE_OPTIONS_VERSION 2
 #define KILN_CACHE_OPTIONS_INIT                                                                    \
   {                                                                                                \
     .version = KILN_CACHE_OPTIONS_VERSION, .dir = NULL, .ro_path = NULL, .create = 1,              \
-    .remote = NULL                                                                                 \
+    .remote = NULL, .read_only = 0                                                                 \
   }
 
 /* Fills opts as KILN_CACHE_OPTIONS_INIT does, for the given version (for
@@ -74,7 +80,11 @@ typedef struct kiln_record {
 
 /* Opens (and with create, creates 0700) the primary directory, then the
  * read-only layers. KILN_EPERM for a directory owned by another user or
- * writable by group/others; KILN_EIO names the path and errno text. */
+ * writable by group/others; KILN_EIO names the path and errno text.
+ * With read_only: KILN_ENOTFOUND for a directory that does not exist,
+ * KILN_ECORRUPT (naming the fix, kiln_cache_repair) for an index that fails
+ * PRAGMA quick_check; a directory with no index yet reads as an empty cache,
+ * and an index of an older schema as it is (the tables it lacks as empty). */
 KILN_API kiln_status kiln_cache_open(kiln_cache **out, const kiln_cache_options *opts);
 KILN_API void kiln_cache_close(kiln_cache *cache);
 /* The primary directory in use. */
@@ -152,12 +162,48 @@ typedef struct kiln_cache_verify_report {
   kiln_cache_verify_issue *issues; /* freed with kiln_cache_verify_report_free */
 } kiln_cache_verify_report;
 
-/* Re-hashes every blob of the primary layer, quarantines bad ones and drops
- * their records; reports records whose blob is missing; removes temp files
- * left by killed writers. KILN_OK even when issues were found (see report). */
+/* Checks the index (PRAGMA quick_check), re-hashes every blob of the primary
+ * layer, quarantines bad ones and drops their records; reports records whose
+ * blob is missing; removes temp files left by killed writers. A corrupt index
+ * is one issue (its path is the index's), and nothing else is checked or
+ * changed then: kiln_cache_repair rebuilds it. KILN_OK even when issues were
+ * found (see report); KILN_EPERM on a handle opened read-only. */
 KILN_API kiln_status kiln_cache_verify(kiln_cache_verify_report *out, kiln_cache *cache);
 /* Frees what kiln_cache_verify put in *r (not r itself). NULL is fine. */
 KILN_API void kiln_cache_verify_report_free(kiln_cache_verify_report *r);
+
+/* A record kiln_cache_repair could not carry into the new index. */
+typedef struct kiln_cache_lost_record {
+  char key[65];
+  char unit[64];   /* "" when the record itself could not be read */
+  char target[16]; /* "" likewise */
+  char why[128];   /* "record unreadable", "blob missing", "blob does not verify", ... */
+} kiln_cache_lost_record;
+
+typedef struct kiln_cache_repair_report {
+  int repaired;      /* 1: the index was corrupt and has been replaced; 0: it is sound */
+  char problem[512]; /* what PRAGMA quick_check (or sqlite) found; "" when sound */
+  char
+      moved_to[4096]; /* the old index, kept for inspection: <dir>/quarantine/index.sqlite.<time> */
+  uint64_t kept;      /* records carried over (each one's blob verified) */
+  uint64_t lost;      /* records the old index still names that were left behind */
+  size_t n_lost;      /* = lost */
+  kiln_cache_lost_record *lost_records; /* freed with kiln_cache_repair_report_free */
+} kiln_cache_repair_report;
+
+/* Checks the index of the cache directory dir (NULL: KILN_CACHE_DIR, ...)
+ * with PRAGMA quick_check and, when it is corrupt, rebuilds it: every record
+ * that can still be read and whose blob verifies goes into a new index,
+ * written under tmp/ and renamed over index.sqlite; the old index (with its
+ * -wal) is moved to quarantine/index.sqlite.<unix time>. What is lost is
+ * listed, and is a miss that the next build fills. Failure records, pins,
+ * leases, build history, remote totals and conflicts are not carried over.
+ * Run it while no other process has the cache open: KILN_ELOCKED when one
+ * does (nothing is changed then). A directory with no index has nothing to
+ * repair (KILN_OK, repaired 0). */
+KILN_API kiln_status kiln_cache_repair(kiln_cache_repair_report *out, const char *dir);
+/* Frees what kiln_cache_repair put in *r (not r itself). NULL is fine. */
+KILN_API void kiln_cache_repair_report_free(kiln_cache_repair_report *r);
 
 typedef struct kiln_cache_gc_report {
   uint64_t removed_records;

@@ -92,6 +92,7 @@ class kiln_cache_options(Structure):
         ("ro_path", c_char_p),
         ("create", c_int),
         ("remote", POINTER(kiln_remote_options)),
+        ("read_only", c_int),  # version 2
     ]
 
 
@@ -321,7 +322,7 @@ class kiln_library_info(Structure):
 
 KILN_COMM_VERSION = 1
 STRUCT_VERSIONS = {  # the *_OPTIONS_VERSION each options struct is filled for
-    "kiln_cache_options": 1,
+    "kiln_cache_options": 2,
     "kiln_remote_options": 1,
     "kiln_build_options": 1,
     "kiln_loader_options": 1,

@@ -120,8 +120,12 @@ class Cache:
 
     ``dir`` None: KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln.
     ``layers`` None: KILN_CACHE_PATH. ``remote`` None: KILN_REMOTE_URL ("" for
-    none); ``upload`` None: KILN_REMOTE_UPLOAD. Usable as a context manager;
-    ``close()`` releases it.
+    none); ``upload`` None: KILN_REMOTE_UPLOAD. ``read_only``: inspect the
+    primary directory without creating, migrating or writing anything (a
+    missing one raises LookupError, one with no index yet reads as empty, a
+    corrupt index raises KilnCorrupt; writes such as ``verify()`` raise
+    PermissionError).
+    Usable as a context manager; ``close()`` releases it.
     """
 
     def __init__(
@@ -131,6 +135,7 @@ class Cache:
         create: bool = True,
         remote: str | None = None,
         upload: bool | None = None,
+        read_only: bool = False,
     ) -> None:
         self._h = c_void_p()
         opts = _lib.kiln_cache_options()
@@ -140,6 +145,7 @@ class Cache:
         if layers is not None:
             opts.ro_path = ":".join(str(x) for x in layers).encode()
         opts.create = 1 if create else 0
+        opts.read_only = 1 if read_only else 0
         self._remote = _remote_options(remote, upload)  # kept alive while open
         if self._remote is not None:
             opts.remote = ctypes.pointer(self._remote)
@@ -174,8 +180,11 @@ class Cache:
         return {name: int(getattr(s, name)) for name, _ in s._fields_}
 
     def verify(self) -> dict[str, object]:
-        """Re-hashes every blob of the primary layer (bad ones are quarantined):
-        {"checked": n, "bad": n, "issues": [{"path", "what"}, ...]}."""
+        """Checks the index (PRAGMA quick_check) and re-hashes every blob of the
+        primary layer (bad ones are quarantined): {"checked": n, "bad": n,
+        "issues": [{"path", "what"}, ...]}. A corrupt index is the one issue
+        reported (its path is the index's) and nothing is changed: close every
+        handle on the cache and run `kiln cache verify --repair`."""
         r = _lib.kiln_cache_verify_report()
         check(lib.kiln_cache_verify(byref(r), self.handle))
         try:

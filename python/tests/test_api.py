@@ -129,6 +129,31 @@ def test_cache_verify_finds_a_corrupt_blob(built, tmp_path: Path) -> None:
         assert c.stats()["quarantined"] == 1
 
 
+def _tree(root: Path) -> list:
+    """Every entry under root (root itself included): name, mode, size, mtime."""
+    entries = [root, *sorted(root.rglob("*"))]
+    return [(str(p), p.lstat().st_mode, p.lstat().st_size, p.lstat().st_mtime_ns) for p in entries]
+
+
+def test_read_only_cache_reads_and_changes_nothing(built, tmp_path: Path) -> None:
+    cache, report, _ = built
+    copy = _copy(cache, tmp_path)
+    before = _tree(copy)
+    with kiln.Cache(str(copy), read_only=True) as c:
+        [rec] = c.ls()
+        assert rec.digest == report.items[0].record.digest
+        with pytest.raises(PermissionError, match="read-only"):
+            c.verify()
+    assert _tree(copy) == before
+    empty = tmp_path / "empty"
+    empty.mkdir(mode=0o700)
+    with kiln.Cache(str(empty), read_only=True) as c:  # no index yet: an empty cache
+        assert c.ls() == []
+    assert list(empty.iterdir()) == []
+    with pytest.raises(LookupError, match="does not exist"):
+        kiln.Cache(str(tmp_path / "missing"), read_only=True)
+
+
 def test_cache_gc_evicts_down_to_max_bytes(built, tmp_path: Path) -> None:
     cache, _, _ = built
     with kiln.Cache(str(_copy(cache, tmp_path))) as c:

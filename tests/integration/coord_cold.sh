@@ -100,5 +100,5 @@ expect_exit 2 kiln warmup --comm single --arch 90 --heartbeat 5
 expect_stderr_contains "--heartbeat '5'"
 expect_exit 2 kiln warmup --comm single --verify
 expect_exit 2 kiln warmup --comm single --arch sm_9x
-expect_exit 1 kiln warmup --arch 90 --heartbeat 3000 --timeout 2 --cache "$T/single"
+expect_exit 2 kiln warmup --arch 90 --heartbeat 3000 --timeout 2 --cache "$T/single" # bad input, found once started
 expect_stderr_contains "at most half the builder timeout"

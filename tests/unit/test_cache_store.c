@@ -248,6 +248,88 @@ static void test_rm_by_glob_and_read_only_layer(void **state) {
   assert_int_equal(removed, 1);
 }
 
+/* Entries directly in dir (".", ".." not counted). */
+static int entries(const char *dir) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  int n = 0;
+  if (!d) return -1;
+  while ((e = readdir(d)))
+    n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+  closedir(d);
+  return n;
+}
+
+/* read_only: reads work, every write is KILN_EPERM and changes nothing; a
+ * directory with no index reads as an empty cache and stays empty, a missing
+ * one is KILN_ENOTFOUND; a version-1 options struct (which ends before
+ * read_only) opens read-write. */
+static void test_read_only_open_writes_nothing(void **state) {
+  fixture *f = *state;
+  kiln_cache *ro = NULL, *rw = NULL;
+  kiln_cache_options o = KILN_CACHE_OPTIONS_INIT;
+  kiln_record a, b, got;
+  kiln_cache_verify_report vr;
+  kiln_cache_gc_report gr;
+  uint64_t removed = 0;
+  char empty[300], path[400];
+  unsigned char v1[sizeof(kiln_cache_options) + 8];
+  fill_record(&a, "ro-a", "softmax_x");
+  fill_record(&b, "ro-b", "softmax_y");
+  assert_int_equal(kiln_cache_put(f->c, &a, "aa", 2, NULL, 0), KILN_OK);
+  kiln_cache_close(f->c);
+  f->c = NULL;
+  o.dir = f->cache_dir;
+  o.ro_path = "";
+  o.read_only = 1;
+  assert_int_equal(kiln_cache_open(&ro, &o), KILN_OK);
+  assert_int_equal(kiln_cache_get(&got, NULL, NULL, ro, a.key), KILN_OK);
+  assert_int_equal(kiln_cache_put(ro, &b, "bb", 2, NULL, 0), KILN_EPERM);
+  assert_non_null(strstr(kiln_last_error(), "read-only"));
+  assert_int_equal(kiln_cache_rm(&removed, ro, NULL), KILN_EPERM);
+  assert_int_equal(kiln_cache_gc(&gr, ro, 0), KILN_EPERM);
+  assert_int_equal(gr.removed_records, 0);
+  assert_int_equal(kiln_cache_verify(&vr, ro), KILN_EPERM);
+  assert_int_equal(kiln_cache_quarantine(ro, a.digest, "test"), KILN_EPERM);
+  blob_path(path, sizeof path, f, a.digest);
+  assert_int_equal(access(path, F_OK), 0);
+  kiln_cache_close(ro);
+  ro = NULL;
+  o.read_only = 0; /* the record is still there for a writer */
+  assert_int_equal(kiln_cache_open(&rw, &o), KILN_OK);
+  assert_int_equal(kiln_cache_get(NULL, NULL, NULL, rw, a.key), KILN_OK);
+  assert_int_equal(kiln_cache_get(NULL, NULL, NULL, rw, b.key), KILN_ENOTFOUND);
+  kiln_cache_close(rw);
+  rw = NULL;
+
+  snprintf(empty, sizeof empty, "%s/empty", f->dir);
+  assert_int_equal(mkdir(empty, 0700), 0);
+  o.dir = empty;
+  o.read_only = 1;
+  assert_int_equal(kiln_cache_open(&ro, &o), KILN_OK);
+  assert_int_equal(kiln_cache_get(NULL, NULL, NULL, ro, a.key), KILN_ENOTFOUND);
+  kiln_cache_close(ro);
+  ro = NULL;
+  assert_int_equal(entries(empty), 0);
+  snprintf(path, sizeof path, "%s/missing", f->dir);
+  o.dir = path;
+  assert_int_equal(kiln_cache_open(&ro, &o), KILN_ENOTFOUND);
+  assert_null(ro);
+  assert_non_null(strstr(kiln_last_error(), "does not exist"));
+  assert_int_equal(access(path, F_OK), -1);
+
+  /* version 1: init writes no byte past its struct, and read_only is not read */
+  memset(v1, 0xa5, sizeof v1);
+  assert_int_equal(kiln_cache_options_init((kiln_cache_options *)v1, 1), KILN_OK);
+  for (size_t i = offsetof(kiln_cache_options, read_only); i < sizeof v1; i++)
+    assert_int_equal(v1[i], 0xa5);
+  ((kiln_cache_options *)v1)->dir = empty;
+  ((kiln_cache_options *)v1)->ro_path = "";
+  assert_int_equal(kiln_cache_open(&rw, (kiln_cache_options *)v1), KILN_OK);
+  kiln_cache_close(rw);
+  assert_int_equal(entries(empty), 4); /* cas, tmp, quarantine, index.sqlite */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_created_0700_and_refuses_unsafe_dirs, setup, teardown),
@@ -258,6 +340,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_failure_records_expire, setup, teardown),
       cmocka_unit_test_setup_teardown(test_gc_evicts_lru_and_keeps_pins, setup, teardown),
       cmocka_unit_test_setup_teardown(test_rm_by_glob_and_read_only_layer, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_read_only_open_writes_nothing, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
