@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/digest.h"
 #include "common/error.h"
 
 kiln_status kiln_path_join(char *out, size_t cap, const char *a, const char *b) {
@@ -91,14 +92,17 @@ out:
 }
 
 kiln_status kiln_read_file(const char *path, uint8_t **out, size_t *out_len) {
-  return kiln_read_regular(path, UINT64_MAX, 0, out, out_len);
+  return kiln_read_regular(path, UINT64_MAX, UINT64_MAX, 0, out, out_len);
 }
 
-kiln_status kiln_read_regular(const char *path, uint64_t want_size, unsigned flags, uint8_t **out,
-                              size_t *out_len) {
+#define STREAM_CHUNK ((size_t)64 << 10) /* kiln_hash_regular's buffer */
+
+/* Opens path without blocking and checks, before any byte is read, that it is
+ * a regular file of want_size (UINT64_MAX: any) and at most max_size bytes;
+ * then makes reads blocking again. */
+static kiln_status open_regular(const char *path, uint64_t want_size, uint64_t max_size,
+                                unsigned flags, int *out_fd, uint64_t *out_size) {
   struct stat st;
-  uint8_t *buf = NULL;
-  size_t got = 0;
   kiln_status rc = KILN_OK;
   /* O_NONBLOCK: opening a FIFO planted at the path must not wait for a writer */
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK |
@@ -122,32 +126,95 @@ kiln_status kiln_read_regular(const char *path, uint64_t want_size, unsigned fla
                    path, (unsigned long long)st.st_size, (unsigned long long)want_size);
     goto out;
   }
+  if ((uint64_t)st.st_size > max_size || (uint64_t)st.st_size >= SIZE_MAX) {
+    rc = kiln_fail(KILN_ECORRUPT, "%s is %llu bytes, over the %llu a file here may have", path,
+                   (unsigned long long)st.st_size, (unsigned long long)max_size);
+    goto out;
+  }
   if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
     rc = kiln_fail_errno(KILN_EIO, errno, "fcntl %s", path);
     goto out;
   }
-  buf = malloc((size_t)st.st_size + 1);
+  *out_fd = fd;
+  *out_size = (uint64_t)st.st_size;
+  fd = -1;
+out:
+  if (fd >= 0) close(fd);
+  return rc;
+}
+
+/* Reads the size bytes fd had when opened: into buf (when not NULL) or
+ * through h, at most STREAM_CHUNK at a time into chunk. One more byte, or one
+ * fewer, means it changed while read. */
+static kiln_status read_exact(int fd, const char *path, uint64_t size, uint8_t *buf, kiln_sha256 *h,
+                              uint8_t *chunk) {
+  uint64_t got = 0;
+  uint8_t extra;
+  ssize_t r;
+  while (got < size) {
+    uint8_t *to = buf ? buf + got : chunk;
+    size_t want = size - got < STREAM_CHUNK ? (size_t)(size - got) : STREAM_CHUNK;
+    r = read(fd, to, want);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return kiln_fail_errno(KILN_EIO, errno, "read %s", path);
+    if (r == 0)
+      return kiln_fail(KILN_ECORRUPT, "%s shrank while read: %llu of %llu bytes", path,
+                       (unsigned long long)got, (unsigned long long)size);
+    if (h && kiln_sha256_update(h, to, (size_t)r) != KILN_OK) return KILN_EINTERNAL;
+    got += (uint64_t)r;
+  }
+  while ((r = read(fd, &extra, 1)) < 0 && errno == EINTR) {
+  }
+  if (r < 0) return kiln_fail_errno(KILN_EIO, errno, "read %s", path);
+  if (r > 0)
+    return kiln_fail(KILN_ECORRUPT, "%s grew while read: more than its %llu bytes", path,
+                     (unsigned long long)size);
+  return KILN_OK;
+}
+
+kiln_status kiln_read_regular(const char *path, uint64_t want_size, uint64_t max_size,
+                              unsigned flags, uint8_t **out, size_t *out_len) {
+  uint8_t *buf = NULL;
+  uint64_t size = 0;
+  kiln_status rc;
+  int fd = -1;
+  KILN_CHECK(open_regular(path, want_size, max_size, flags, &fd, &size));
+  buf = malloc((size_t)size + 1);
   if (!buf) {
     rc = kiln_fail(KILN_ENOMEM, "read %s: out of memory", path);
     goto out;
   }
-  while (got < (size_t)st.st_size) {
-    ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) {
-      rc = kiln_fail_errno(KILN_EIO, errno, "read %s", path);
-      goto out;
-    }
-    if (r == 0) break; /* shrank while reading: the digest check catches it */
-    got += (size_t)r;
-  }
-  buf[got] = '\0';
+  KILN_CHECK(read_exact(fd, path, size, buf, NULL, NULL));
+  buf[size] = '\0';
   *out = buf;
-  *out_len = got;
+  *out_len = (size_t)size;
   buf = NULL;
 out:
   free(buf);
-  close(fd);
+  if (fd >= 0) close(fd);
+  return rc;
+}
+
+kiln_status kiln_hash_regular(const char *path, uint64_t want_size, uint64_t max_size,
+                              unsigned flags, char hex[65], uint64_t *out_len) {
+  kiln_sha256 *h = NULL;
+  uint8_t *chunk = NULL;
+  uint64_t size = 0;
+  kiln_status rc;
+  int fd = -1;
+  KILN_CHECK(open_regular(path, want_size, max_size, flags, &fd, &size));
+  if (!(chunk = malloc(STREAM_CHUNK))) {
+    rc = kiln_fail(KILN_ENOMEM, "hash %s: out of memory", path);
+    goto out;
+  }
+  KILN_CHECK(kiln_sha256_new(&h));
+  KILN_CHECK(read_exact(fd, path, size, NULL, h, chunk));
+  KILN_CHECK(kiln_sha256_final_hex(h, hex));
+  if (out_len) *out_len = size;
+out:
+  kiln_sha256_free(h);
+  free(chunk);
+  if (fd >= 0) close(fd);
   return rc;
 }
 

@@ -16,13 +16,20 @@ kiln_status kiln_write_atomic(const char *path, const char *tmp_dir, const void 
 kiln_status kiln_read_file(const char *path, uint8_t **out, size_t *out_len);
 /* kiln_read_file for a file kiln does not trust (a blob, a secret): opened
  * without blocking (a FIFO at the path cannot hang the reader), refused
- * (KILN_ECORRUPT) unless it is a regular file, and, with want_size other than
- * UINT64_MAX, unless it has that size, before any byte is read (a 2 GiB file
- * at a small blob's path is never read into memory). */
+ * (KILN_ECORRUPT) unless it is a regular file of want_size bytes (UINT64_MAX:
+ * any size) and at most max_size bytes, before any byte is read (a 2 GiB file
+ * at a small blob's path is never read into memory). A file that ends sooner
+ * or goes on longer than its size when opened (it changed while read) is
+ * KILN_ECORRUPT too. *out has a NUL after its out_len bytes. */
 #define KILN_READ_NOFOLLOW                                                                         \
   1u /* refuse a symlink at the path itself (blobs: a cache never holds one) */
-kiln_status kiln_read_regular(const char *path, uint64_t want_size, unsigned flags, uint8_t **out,
-                              size_t *out_len);
+kiln_status kiln_read_regular(const char *path, uint64_t want_size, uint64_t max_size,
+                              unsigned flags, uint8_t **out, size_t *out_len);
+/* The SHA-256 of such a file (same checks, same errors), read as a stream
+ * through one 64 KiB buffer: memory does not grow with the file. out_len (may
+ * be NULL) gets the bytes hashed. */
+kiln_status kiln_hash_regular(const char *path, uint64_t want_size, uint64_t max_size,
+                              unsigned flags, char hex[65], uint64_t *out_len);
 /* mkdir with mode unless it exists as a directory. */
 kiln_status kiln_mkdir(const char *path, unsigned mode);
 /* mkdir -p (each missing component gets mode). */

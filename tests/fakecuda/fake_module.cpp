@@ -17,6 +17,8 @@
 #include <string.h>  /* memcmp, memcpy, strchr, strlen, strstr */
 #include <unistd.h>  /* getpid */
 
+#include <openssl/evp.h> /* EVP_Digest: the log's sha256= */
+
 #include <algorithm>  /* std::max, std::min */
 #include <functional> /* std::function */
 #include <map>        /* std::map */
@@ -216,6 +218,21 @@ CUresult inspect(const void *data, const device &dev, image *out, std::string *w
   return CUDA_SUCCESS;
 }
 
+/* The SHA-256 of the bytes a load took, in hex (the log's sha256=: tests check
+ * that every image the driver got is one a cache holds, unaltered). */
+std::string sha256_hex(const std::vector<char> &bytes) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned n = 0;
+  static const char hex[] = "0123456789abcdef";
+  std::string out;
+  if (EVP_Digest(bytes.data(), bytes.size(), md, &n, EVP_sha256(), nullptr) != 1) return "-";
+  for (unsigned i = 0; i < n; ++i) {
+    out += hex[md[i] >> 4];
+    out += hex[md[i] & 15];
+  }
+  return out;
+}
+
 /* JIT options: the log buffers are filled (their size options get the bytes
  * written, as the driver does), the rest accepted and ignored. */
 CUresult read_options(unsigned n, CUjit_option *opts, void **values, char **err_buf,
@@ -277,8 +294,9 @@ CUresult fake_ModuleLoadDataEx(CUmodule *m, const void *data, unsigned int n, CU
   mod.info = info;
   const char *b = (const char *)data;
   mod.bytes.assign(b, b + info.bytes);
-  log_line("load ok %s %s_%d %zu pid=%d", info.cubin ? "cubin" : "ptx",
-           info.cubin ? "sm" : "compute", info.sm, info.bytes, (int)getpid());
+  log_line("load ok %s %s_%d %zu pid=%d sha256=%s", info.cubin ? "cubin" : "ptx",
+           info.cubin ? "sm" : "compute", info.sm, info.bytes, (int)getpid(),
+           sha256_hex(mod.bytes).c_str());
   *m = (CUmodule)h;
   return CUDA_SUCCESS;
 }

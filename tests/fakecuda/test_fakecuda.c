@@ -460,9 +460,10 @@ static void images_and_launches(void) {
 
   /* The log. */
   char line[128];
-  snprintf(line, sizeof line, "load ok ptx compute_80 %zu pid=%d\n", strlen(kPtx), (int)getpid());
+  snprintf(line, sizeof line, "load ok ptx compute_80 %zu pid=%d sha256=", strlen(kPtx),
+           (int)getpid());
   CHECK(log_has(line));
-  snprintf(line, sizeof line, "load ok cubin sm_90 %zu pid=%d\n", elf_bytes, (int)getpid());
+  snprintf(line, sizeof line, "load ok cubin sm_90 %zu pid=%d sha256=", elf_bytes, (int)getpid());
   CHECK(log_has(line));
   CHECK(log_has("load fail CUDA_ERROR_INVALID_IMAGE "));
   CHECK(log_has("load fail CUDA_ERROR_UNSUPPORTED_PTX_VERSION "));

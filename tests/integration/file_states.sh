@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The file-state matrix of issue 20 (file_states.py generates and runs it):
+# every file and directory of a cache (index, WAL, SHM, a blob, a fan-out
+# directory, tmp/, quarantine/, a read-only layer's index and blob) in turn a
+# FIFO, a symlink out of the cache, a directory, an empty, truncated, garbage,
+# 4 GiB sparse and unreadable file, under every command and the loader (fake
+# driver). Each case must end inside its command's bound with exit 0, 1 or 2,
+# name the file when it fails, touch nothing outside the cache and hand the
+# driver only the fixture's own images. FILE_STATES_ONLY=GLOB runs a subset.
+. "$(dirname "$0")/lib.sh" "$@"
+[[ -f ${IT_FAKECUDA:-} ]] || skip "no fake libcuda (tests/fakecuda needs a C++ compiler)"
+command -v mkfifo >/dev/null || skip "no mkfifo"
+python3 "$(dirname "$0")/file_states.py" "$KILN_BIN" "$(fixture warm)" "$IT_FAKECUDA" "$T" \
+  --jobs "${FILE_STATES_JOBS:-2}" --only "${FILE_STATES_ONLY:-*}" ||
+  fail "the file-state matrix has failing cases (above)"
