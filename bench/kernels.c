@@ -2,7 +2,8 @@
  * softmax_bw covers), as a fraction of a device-to-device copy of the same number of bytes measured
  * in the same run, at training shapes (bench/README.md).
  *
- * T = tokens (--tokens, 16384), H = hidden (--hidden, 4096 and 8192), V = vocabulary partition
+ * T = tokens (--tokens, 16384), H = hidden (--hidden, 4096 and 8192; the norms also 12288 and
+ * 16384 unless --hidden is given), V = vocabulary partition
  * (--vocab, 32000 and 128000), es = bytes of the dtype (2 for bf16), ws = bytes of the weights'
  * dtype (4: fp32 weights, Megatron's mixed precision; or es: "w=<dtype>"). "bytes" is the least the
  * op must read and write; workspaces, partial sums and re-reads are not counted: layer_norm fwd  x,
@@ -10,7 +11,9 @@
  * dgamma, dbeta   3*T*H*es + 3*H*ws + 8*T rms_norm         fwd  x, gamma -> y, rstd 2*T*H*es + H*ws
  * + 4*T bwd  dy, x, rstd, gamma -> dx, dgamma       3*T*H*es + 2*H*ws + 4*T embedding partition [0,
  * V) of a vocabulary of tp*V (--tp, 2: rank 0 of TP = 2), ids uniform over the whole vocabulary; D
- * = distinct ids in the partition, N = ids in it (both counted on the host from the ids used): fwd
+ * = distinct ids in the partition, N = ids in it (both counted on the host from the ids used; the
+ * backwards again with skewed ids, shape marked "zipf1.1": Zipf by id, exponent 1.1, and "rep2048":
+ * uniform with one id at 2048 positions, or all of them when T < 2048): fwd
  * ids, D weight rows -> T rows of y      8*T + D*H*es + T*H*es bwd_atomic, bwd_det  ids, N rows of
  * dy, fp32 dweight rows read and written 8*T + N*H*es + 2*D*H*4 bias_gelu        fwd  x, bias -> y
  * 2*T*H*es + H*es bwd  dy, x, bias -> dx                      3*T*H*es + H*es bias_swiglu      x
@@ -33,6 +36,7 @@
  * --smoke: T = 64, H = 256, V = 1000, 2 reps, no warm-up (for the CPU test double of libcuda named
  * by KILN_CUDA_LIBRARY); options after it override it. Without a GPU it prints why and exits 0; it
  * exits 1 when any op fails. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +56,8 @@
 #define ROPE_D 128
 #define DROPOUT_P 0.1f
 #define NORM_EPS 1e-5f
+#define ZIPF_S 1.1      /* the skewed embedding ids: Zipf by id over the vocabulary */
+#define REPEAT_IDS 2048 /* and uniform ids with one id at this many positions */
 
 typedef enum {
   F_LAYER_NORM,
@@ -94,6 +100,7 @@ typedef struct bench {
   int reps, warmup, csv, failed;
   long long tokens, vocab[MAX_LIST];
   int hidden[MAX_LIST], n_hidden, n_vocab, tp;
+  int norm_hidden[MAX_LIST], n_norm_hidden; /* the norms' hidden sizes (--hidden sets both) */
   int family_on[N_FAMILIES];
   uint64_t rng;
 } bench;
@@ -270,15 +277,53 @@ static int take_rand(bench *bn, job *j, CUdeviceptr *out, size_t n, kiln_dtype d
   return ok;
 }
 
-/* int64 ids uniform in [0, range); *distinct and *inside count those in [0, v). */
+/* How the embedding rows draw their ids. */
+typedef enum { IDS_UNIFORM, IDS_ZIPF, IDS_REPEAT } ids_kind;
+
+/* n ids in [0, range): uniform; Zipf (weight of id k proportional to (k + 1)^-ZIPF_S); or uniform
+ * with id v / 3 at min(REPEAT_IDS, n) distinct positions. 0 when out of memory. */
+static int gen_ids(bench *bn, int64_t *ids, long long n, long long range, long long v,
+                   ids_kind kind) {
+  if (kind == IDS_ZIPF) {
+    double *cdf = malloc((size_t)range * sizeof *cdf), z = 0;
+    if (!cdf) return 0;
+    for (long long k = 0; k < range; k++)
+      cdf[k] = z += pow((double)(k + 1), -ZIPF_S);
+    for (long long i = 0; i < n; i++) { /* the first k with cdf[k] > u */
+      const double u = (double)(bench_rng_next(&bn->rng) >> 11) * 0x1p-53 * z;
+      long long lo = 0, hi = range - 1;
+      while (lo < hi) {
+        const long long mid = lo + (hi - lo) / 2;
+        if (cdf[mid] > u)
+          hi = mid;
+        else
+          lo = mid + 1;
+      }
+      ids[i] = lo;
+    }
+    free(cdf);
+    return 1;
+  }
+  for (long long i = 0; i < n; i++)
+    ids[i] = (int64_t)(bench_rng_next(&bn->rng) % (uint64_t)range);
+  if (kind == IDS_REPEAT)
+    for (long long k = 0, want = n < REPEAT_IDS ? n : REPEAT_IDS; k < want;) {
+      const long long i = (long long)(bench_rng_next(&bn->rng) % (uint64_t)n);
+      if (ids[i] != v / 3) ids[i] = v / 3, k++;
+    }
+  return 1;
+}
+
+/* Draws j->t ids of the kind into *out (allocated first when 0); *distinct and *inside count
+ * those in [0, v). */
 static int take_ids(bench *bn, job *j, CUdeviceptr *out, long long range, long long v,
-                    long long *distinct, long long *inside) {
+                    ids_kind kind, long long *distinct, long long *inside) {
   int64_t *ids = malloc((size_t)j->t * sizeof *ids);
   unsigned char *seen = calloc((size_t)v, 1);
-  int ok = ids && seen && take(bn, j, out, (size_t)j->t * sizeof *ids);
+  int ok = ids && seen && (*out || take(bn, j, out, (size_t)j->t * sizeof *ids)) &&
+           gen_ids(bn, ids, j->t, range, v, kind);
   *distinct = *inside = 0;
   for (long long i = 0; ok && i < j->t; i++) {
-    ids[i] = (int64_t)(bench_rng_next(&bn->rng) % (uint64_t)range);
     if (ids[i] < v) {
       ++*inside;
       *distinct += !seen[ids[i]];
@@ -336,26 +381,46 @@ fail:
   bn->failed = 1;
 }
 
+/* Uniform ids: fwd, bwd_atomic, bwd_det; then both backwards again for skewed ids, the shape
+ * marked "zipf1.1" (Zipf) or "rep2048" (one id at 2048 positions; fewer when there are fewer
+ * tokens: "rep<count>"). */
 static void run_embedding(bench *bn, job *j) {
   const double es = dsize(j->dt), T = (double)j->t, H = j->h;
+  const double rows_max = (double)(j->t < j->v ? j->t : j->v); /* distinct ids at most */
   long long d = 0, in = 0;
+  char base[64];
   const size_t n = (size_t)j->t * j->h, nw = (size_t)j->v * j->h;
   const size_t ws_det = kiln_embedding_bwd_workspace_size(j->t, 0, j->v, 1);
   const size_t ws_atomic = kiln_embedding_bwd_workspace_size(j->t, 0, j->v, 0);
-  if (!take_ids(bn, j, &j->ids, j->v * bn->tp, j->v, &d, &in)) goto fail;
+  if (!take_ids(bn, j, &j->ids, j->v * bn->tp, j->v, IDS_UNIFORM, &d, &in)) goto fail;
   const double f_bytes = 8 * T + (double)d * H * es + T * H * es;
-  const double b_bytes = 8 * T + (double)in * H * es + 2.0 * (double)d * H * 4;
+  double b_bytes = 8 * T + (double)in * H * es + 2.0 * (double)d * H * 4;
+  const double b_max = 8 * T + T * H * es + 2.0 * rows_max * H * 4; /* any ids */
   if (!take_rand(bn, j, &j->w1, nw, j->dt, -1, 1) || !take_rand(bn, j, &j->dy, n, j->dt, -1, 1) ||
       !take(bn, j, &j->y, n * (size_t)es) || !take(bn, j, &j->dw1, nw * 4) ||
       bn->env.cu->MemsetD8(j->dw1, 0, nw * 4) != CUDA_SUCCESS ||
       !take(bn, j, &j->ws, ws_det > ws_atomic ? ws_det : ws_atomic) ||
-      !take(bn, j, &j->copy, (size_t)(f_bytes > b_bytes ? f_bytes : b_bytes) + 4096))
+      !take(bn, j, &j->copy, (size_t)(f_bytes > b_max ? f_bytes : b_max) + 4096))
     goto fail;
   measure(bn, j, EMB_FWD, "embedding", "fwd", f_bytes);
-  j->ws_bytes = ws_atomic;
-  measure(bn, j, EMB_BWD_ATOMIC, "embedding", "bwd_atomic", b_bytes);
-  j->ws_bytes = ws_det;
-  measure(bn, j, EMB_BWD_DET, "embedding", "bwd_det", b_bytes);
+  memcpy(base, j->shape, sizeof base);
+  for (int k = -1; k < 2; k++) {
+    if (k >= 0) {
+      if (!take_ids(bn, j, &j->ids, j->v * bn->tp, j->v, k ? IDS_REPEAT : IDS_ZIPF, &d, &in))
+        goto fail;
+      b_bytes = 8 * T + (double)in * H * es + 2.0 * (double)d * H * 4;
+      if (k)
+        snprintf(j->shape, sizeof j->shape, "%.40s rep%d", base,
+                 (int)(j->t < REPEAT_IDS ? j->t : REPEAT_IDS));
+      else
+        snprintf(j->shape, sizeof j->shape, "%.40s zipf1.1", base);
+    }
+    j->ws_bytes = ws_atomic;
+    measure(bn, j, EMB_BWD_ATOMIC, "embedding", "bwd_atomic", b_bytes);
+    j->ws_bytes = ws_det;
+    measure(bn, j, EMB_BWD_DET, "embedding", "bwd_det", b_bytes);
+  }
+  memcpy(j->shape, base, sizeof base);
   return;
 fail:
   bn->failed = 1;
@@ -412,10 +477,11 @@ static void run_cross_entropy(bench *bn, job *j) {
   const size_t n = (size_t)j->t * (size_t)j->v, tv = (size_t)j->t * 4;
   long long d, in;
   char tp_shape[64];
-  if (!take_rand(bn, j, &j->x, n, j->dt, -4, 4) || !take_ids(bn, j, &j->ids, j->v, j->v, &d, &in) ||
-      !take_ids(bn, j, &j->w2, j->v * bn->tp, j->v, &d, &in) || !take(bn, j, &j->f1, tv) ||
-      !take(bn, j, &j->f2, tv) || !take(bn, j, &j->f3, tv) || !take(bn, j, &j->dw2, tv) ||
-      !take_rand(bn, j, &j->dw1, (size_t)j->t, KILN_F32, 0.1f, 1) ||
+  if (!take_rand(bn, j, &j->x, n, j->dt, -4, 4) ||
+      !take_ids(bn, j, &j->ids, j->v, j->v, IDS_UNIFORM, &d, &in) ||
+      !take_ids(bn, j, &j->w2, j->v * bn->tp, j->v, IDS_UNIFORM, &d, &in) ||
+      !take(bn, j, &j->f1, tv) || !take(bn, j, &j->f2, tv) || !take(bn, j, &j->f3, tv) ||
+      !take(bn, j, &j->dw2, tv) || !take_rand(bn, j, &j->dw1, (size_t)j->t, KILN_F32, 0.1f, 1) ||
       !take(bn, j, &j->copy, (size_t)(2 * T * V * es) + 4096))
     goto fail;
   measure(bn, j, CE_FWD, "cross_entropy", "fwd", T * V * es + 16 * T);
@@ -465,6 +531,13 @@ static void run_one(bench *bn, family f, kiln_dtype dt, kiln_dtype wdt, int h, l
 static void run_dtype(bench *bn, kiln_dtype dt) {
   for (family f = 0; f < N_FAMILIES; f++) {
     if (!bn->family_on[f]) continue;
+    if (f == F_LAYER_NORM || f == F_RMS_NORM) { /* fp32 weights, then weights in dt */
+      for (int i = 0; i < bn->n_norm_hidden; i++) {
+        run_one(bn, f, dt, KILN_F32, bn->norm_hidden[i], 0);
+        if (dt != KILN_F32) run_one(bn, f, dt, dt, bn->norm_hidden[i], 0);
+      }
+      continue;
+    }
     if (f == F_CROSS_ENTROPY) { /* rows x vocabulary, no hidden */
       for (int k = 0; k < bn->n_vocab; k++)
         run_one(bn, f, dt, dt, 0, bn->vocab[k]);
@@ -474,10 +547,7 @@ static void run_dtype(bench *bn, kiln_dtype dt) {
       if (f == F_EMBEDDING)
         for (int k = 0; k < bn->n_vocab; k++)
           run_one(bn, f, dt, dt, bn->hidden[i], bn->vocab[k]);
-      else if (f == F_LAYER_NORM || f == F_RMS_NORM) { /* fp32 weights, then weights in dt */
-        run_one(bn, f, dt, KILN_F32, bn->hidden[i], 0);
-        if (dt != KILN_F32) run_one(bn, f, dt, dt, bn->hidden[i], 0);
-      } else
+      else if (f != F_LAYER_NORM && f != F_RMS_NORM)
         run_one(bn, f, dt, dt, bn->hidden[i], 0);
     }
   }
@@ -531,6 +601,7 @@ static int parse_args(bench *bn, int argc, char **argv, const char **dtypes, int
     }
     if (strcmp(a, "--smoke") == 0) {
       bn->tokens = 64, bn->hidden[0] = 256, bn->n_hidden = 1, bn->vocab[0] = 1000, bn->n_vocab = 1;
+      bn->norm_hidden[0] = 256, bn->n_norm_hidden = 1;
       bn->reps = 2, bn->warmup = 0, *smoke = 1;
       continue;
     }
@@ -547,8 +618,9 @@ static int parse_args(bench *bn, int argc, char **argv, const char **dtypes, int
     else if (strcmp(a, "--hidden") == 0 && parse_list(s, ROPE_D, 1 << 20, list, &bn->n_hidden)) {
       for (int k = 0; k < bn->n_hidden; k++) {
         if (list[k] % ROPE_D) return 0; /* rope: h = hidden / 128 heads */
-        bn->hidden[k] = (int)list[k];
+        bn->hidden[k] = bn->norm_hidden[k] = (int)list[k];
       }
+      bn->n_norm_hidden = bn->n_hidden;
     } else if (strcmp(a, "--vocab") == 0 && parse_list(s, 1, 1 << 30, bn->vocab, &bn->n_vocab))
       continue;
     else if (strcmp(a, "--dtypes") == 0)
@@ -569,6 +641,9 @@ int main(int argc, char **argv) {
   int rc, found, smoke = 0;
   memset(&bn, 0, sizeof bn);
   bn.tokens = 16384, bn.hidden[0] = 4096, bn.hidden[1] = 8192, bn.n_hidden = 2;
+  /* the norms also at the largest hidden sizes (their g path) */
+  bn.norm_hidden[0] = 4096, bn.norm_hidden[1] = 8192, bn.norm_hidden[2] = 12288;
+  bn.norm_hidden[3] = 16384, bn.n_norm_hidden = 4;
   bn.vocab[0] = 32000, bn.vocab[1] = 128000, bn.n_vocab = 2, bn.tp = 2;
   bn.reps = 20, bn.warmup = 5, bn.rng = 0x9e3779b97f4a7c15ULL;
   for (int f = 0; f < N_FAMILIES; f++)

@@ -43,7 +43,10 @@ a one-call op too, both are timed (column `impl`):
                      torch.autograd.grad of F.cross_entropy
 
 Embedding: D and N (distinct ids in the partition, ids in it) are counted on
-the ids this script draws, uniform the same way as kernels_bw's.
+the ids this script draws, uniform the same way as kernels_bw's; the
+backward also with kernels_bw's skewed ids ("zipf1.1": Zipf by id, exponent
+1.1; "rep2048": uniform with one id at 2048 positions). The norms run at
+hidden 4096, 8192, 12288 and 16384 unless --hidden is given.
 
 usage: kernels_torch.py [--ops LIST] [--dtypes bf16,f16,f32] [--tokens N]
                         [--hidden LIST] [--vocab LIST] [--tp N] [--reps N]
@@ -163,15 +166,28 @@ class Bench:
             (g,) = torch.autograd.grad(y, weight, dy, retain_graph=True)
             main_grad.add_(g)
 
-        b_bytes = 8 * t + n_in * h * es + 2 * d * h * 4
-        try:
-            ms = time_ms(torch, bwd, self.args.warmup, self.args.reps)
-        except torch.cuda.OutOfMemoryError:
-            print(f"embedding bwd {shape}: skipped, out of memory")
-            return
-        for d_name in ("bwd_atomic", "bwd_det"):
-            self.emit("embedding", d_name, dn, shape, f"autograd of {impl} + main_grad.add_",
-                      b_bytes, ms)
+        # uniform ids, then kernels_bw's skewed ones: Zipf by id, one id at 2048 positions
+        rep = min(t, 2048)
+        for mark in ("", " zipf1.1", f" rep{rep}"):
+            if mark == " zipf1.1":
+                w = torch.arange(1, v * tp + 1, dtype=torch.float64, device="cuda") ** -1.1
+                ids = torch.multinomial(w, t, replacement=True)
+            elif mark:
+                ids = torch.randint(0, v * tp, (t,), dtype=torch.int64, device="cuda")
+                ids[torch.randperm(t, device="cuda")[:rep]] = v // 3
+            if mark:
+                inside = ids[ids < end]
+                n_in, d = inside.numel(), torch.unique(inside).numel()
+                y = fwd()
+            b_bytes = 8 * t + n_in * h * es + 2 * d * h * 4
+            try:
+                ms = time_ms(torch, bwd, self.args.warmup, self.args.reps)
+            except torch.cuda.OutOfMemoryError:
+                print(f"embedding bwd {shape}{mark}: skipped, out of memory")
+                return
+            for d_name in ("bwd_atomic", "bwd_det"):
+                self.emit("embedding", d_name, dn, shape + mark,
+                          f"autograd of {impl} + main_grad.add_", b_bytes, ms)
 
     def elementwise(self, dn, dt, h, name):
         torch, F, t = self.torch, self.F, self.args.tokens
@@ -316,8 +332,9 @@ class Bench:
         a, torch, ok = self.args, self.torch, True
         for f in a.ops:
             calls = []
-            for n in a.vocab if f == "cross_entropy" else a.hidden:
-                if f in ("layer_norm", "rms_norm"):
+            norm = f in ("layer_norm", "rms_norm")
+            for n in a.vocab if f == "cross_entropy" else a.norm_hidden if norm else a.hidden:
+                if norm:
                     for wdt in [torch.float32] + ([dt] if dt != torch.float32 else []):
                         calls.append((self.norm, (dn, dt, n, wdt, f == "rms_norm")))
                 elif f == "embedding":
@@ -354,6 +371,8 @@ def parse_args(argv):
     p.add_argument("--smoke", action="store_true", help="T 64, H 256, V 1000, 2 reps, no warm-up")
     a = p.parse_args(argv)
     # kernels_bw's defaults; --smoke's where not given
+    # the norms also at the largest hidden sizes, unless --hidden names them
+    a.norm_hidden = a.hidden or ([256] if a.smoke else [4096, 8192, 12288, 16384])
     for k, big, small in (("tokens", 16384, 64), ("hidden", [4096, 8192], [256]),
                           ("vocab", [32000, 128000], [1000]), ("reps", 20, 2), ("warmup", 5, 0)):
         if getattr(a, k) is None:

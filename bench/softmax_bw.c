@@ -2,7 +2,10 @@
  * device-to-device copy of the same number of bytes measured in the same
  * run (bench/README.md).
  *
- * For each dtype, on x [B, H, SQ, SK] (default 32 x 16 x 2048 x 2048):
+ * For each shape and dtype, on x [B, H, SQ, SK] (default three shapes: 32 x 16 x 2048 x 2048, and
+ * the 8K and 16K rows of docs/kernels/softmax.md, 2 x 16 x 4096 x 8192 and 1 x 16 x 4096 x 16384;
+ * --shape, repeatable, replaces them; --csv, whose rows are keyed by (op, dtype) for
+ * softmax_vs_torch, takes one shape: the first):
  *   softmax_fwd  kiln_scaled_softmax_fwd                     reads x, writes y
  *   softmax_bwd  kiln_scaled_softmax_bwd                     reads y, dy, writes dx
  *   masked_fwd   kiln_scaled_masked_softmax_fwd, mask [B,1,SQ,SK] (per batch)
@@ -15,7 +18,7 @@
  * bytes / 2 with cuMemcpyDtoD (it reads and writes that much), timed the same way right after the
  * op. Times are CUDA events around one launch, the median of --reps after --warmup launches.
  *
- * usage: softmax_bw [--shape B,H,SQ,SK] [--dtypes bf16,f16,f32] [--reps N] [--warmup N] [--csv]
+ * usage: softmax_bw [--shape B,H,SQ,SK]... [--dtypes bf16,f16,f32] [--reps N] [--warmup N] [--csv]
  * Without a GPU it prints why and exits 0. */
 #include <stdint.h>
 #include <stdio.h>
@@ -43,9 +46,12 @@ typedef enum {
 static const char *const kOpNames[N_OPS] = {"softmax_fwd", "softmax_bwd", "masked_fwd",
                                             "masked_bwd",  "causal_fwd",  "causal_bwd"};
 
+#define MAX_SHAPES 8
+
 typedef struct bench {
-  bench_env env; /* cu, l, info, events */
-  int b, h, sq, sk;
+  bench_env env;    /* cu, l, info, events */
+  int b, h, sq, sk; /* the shape being run */
+  int shapes[MAX_SHAPES][4], n_shapes;
   int reps, warmup, csv;
   /* per dtype */
   kiln_dtype dt;
@@ -195,6 +201,7 @@ static int parse_int(const char *s, int lo, int hi, int *out) {
 }
 
 static int parse_args(bench *bn, int argc, char **argv, const char **dtypes) {
+  int given = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(a, "--csv") == 0) {
@@ -210,14 +217,16 @@ static int parse_args(bench *bn, int argc, char **argv, const char **dtypes) {
     } else if (strcmp(a, "--dtypes") == 0) {
       *dtypes = v;
     } else if (strcmp(a, "--shape") == 0) {
-      int *dims[4] = {&bn->b, &bn->h, &bn->sq, &bn->sk};
       const char *p = v;
+      if (!given) bn->n_shapes = 0, given = 1; /* the first --shape replaces the defaults */
+      if (bn->n_shapes == MAX_SHAPES) return 0;
       for (int k = 0; k < 4; k++) {
-        if (!parse_int(p, 1, 1 << 30, dims[k])) return 0;
+        if (!parse_int(p, 1, 1 << 30, &bn->shapes[bn->n_shapes][k])) return 0;
         p = strchr(p, ',');
         if ((k < 3) != (p != NULL)) return 0;
         if (p) p++;
       }
+      bn->n_shapes++;
     } else {
       return 0;
     }
@@ -226,26 +235,35 @@ static int parse_args(bench *bn, int argc, char **argv, const char **dtypes) {
 }
 
 int main(int argc, char **argv) {
-  bench bn = {.b = 32, .h = 16, .sq = 2048, .sk = 2048, .reps = 20, .warmup = 5};
+  bench bn = {.shapes = {{32, 16, 2048, 2048}, {2, 16, 4096, 8192}, {1, 16, 4096, 16384}},
+              .n_shapes = 3,
+              .reps = 20,
+              .warmup = 5};
   const char *dtypes = "bf16,f16,f32";
   kiln_dtype dt;
   bench_open_result ready;
   int found;
   if (!parse_args(&bn, argc, argv, &dtypes)) {
-    fprintf(stderr, "usage: softmax_bw [--shape B,H,SQ,SK] [--dtypes bf16,f16,f32] [--reps N] "
+    fprintf(stderr, "usage: softmax_bw [--shape B,H,SQ,SK]... [--dtypes bf16,f16,f32] [--reps N] "
                     "[--warmup N] [--csv]\n");
     return 2;
   }
+  if (bn.csv) bn.n_shapes = 1; /* one row per (op, dtype): the first shape */
   if ((ready = bench_open(&bn.env, "softmax_bw", 1)) != BENCH_READY) return ready == BENCH_FAILED;
-  bench_header(&bn.env, "x [%d, %d, %d, %d]; median of %d after %d warm-up; scale 0.125", bn.b,
-               bn.h, bn.sq, bn.sk, bn.reps, bn.warmup);
-  if (bn.csv)
-    printf("op,dtype,bytes,kernel_ms,kernel_gbps,copy_ms,copy_gbps,ratio_to_copy\n");
-  else
-    printf("%-12s %-5s %10s %10s %10s %10s %10s %8s\n", "op", "dtype", "MB moved", "kernel ms",
-           "GB/s", "copy ms", "copy GB/s", "vs copy");
-  for (const char *p = dtypes; (found = bench_next_dtype(&dt, &p, "softmax_bw")) != 0;)
-    if (found > 0) run_dtype(&bn, dt, bn.env.info.total_mem);
+  bench_header(&bn.env, "%d shape(s); median of %d after %d warm-up; scale 0.125", bn.n_shapes,
+               bn.reps, bn.warmup);
+  if (bn.csv) printf("op,dtype,bytes,kernel_ms,kernel_gbps,copy_ms,copy_gbps,ratio_to_copy\n");
+  for (int i = 0; i < bn.n_shapes; i++) {
+    bn.b = bn.shapes[i][0], bn.h = bn.shapes[i][1], bn.sq = bn.shapes[i][2],
+    bn.sk = bn.shapes[i][3];
+    if (!bn.csv) {
+      printf("\nx [%d, %d, %d, %d]\n", bn.b, bn.h, bn.sq, bn.sk);
+      printf("%-12s %-5s %10s %10s %10s %10s %10s %8s\n", "op", "dtype", "MB moved", "kernel ms",
+             "GB/s", "copy ms", "copy GB/s", "vs copy");
+    }
+    for (const char *p = dtypes; (found = bench_next_dtype(&dt, &p, "softmax_bw")) != 0;)
+      if (found > 0) run_dtype(&bn, dt, bn.env.info.total_mem);
+  }
   bench_close(&bn.env);
   return 0;
 }

@@ -11,8 +11,10 @@
 #define EMB_WARPS 8ull         /* warps per block: one token (or work item) each */
 #define EMB_SCAN_THREADS 1024u /* KILN_EMB_SCAN_THREADS */
 #define EMB_ERR_THREADS 32u
-#define EMB_TILE 2048ll /* KILN_EMB_TILE: tokens per sort tile */
-#define EMB_RADIX 256ll /* 8-bit digits */
+#define EMB_TILE 2048ll      /* KILN_EMB_TILE: tokens per sort tile */
+#define EMB_RADIX 256ll      /* 8-bit digits */
+#define EMB_PIECE_MIN 64ll   /* the shortest piece of a long run (docs/kernels/embedding.md) */
+#define EMB_SLOT_BYTES 128ll /* slot bytes per token: pieces are >= hidden * 4 / 128 rows */
 #define EMB_MAX_BLOCKS                                                                             \
   2112ull /* 132 SMs x 16 blocks of 256: two full waves, grid-stride beyond                        \
            */
@@ -23,12 +25,22 @@ static unsigned long long blocks_for(unsigned long long work, unsigned long long
   return b < EMB_MAX_BLOCKS ? b : EMB_MAX_BLOCKS;
 }
 
-/* The deterministic path's workspace: keys/pos twice (ping-pong) and the
- * digit-major tile histogram, each 256-byte aligned. 0 on overflow. */
+/* The deterministic path's workspace: keys/pos twice (ping-pong), the
+ * digit-major tile histogram and the tail pieces' slots, each 256-byte
+ * aligned. 0 on overflow. */
 typedef struct emb_ws {
-  size_t keys_a, pos_a, keys_b, pos_b, hist, total;
+  size_t keys_a, pos_a, keys_b, pos_b, hist, slots, total;
   long long ntiles;
 } emb_ws;
+
+/* The rows of a piece for this hidden: at least EMB_PIECE_MIN, and enough
+ * that the slots ((n_tokens - 1) / piece rows of hidden fp32) fit in
+ * EMB_SLOT_BYTES per token, so the workspace does not depend on hidden. A
+ * function of hidden only: the order of the sums never depends on the GPU. */
+static int emb_piece(int hidden) {
+  const long long p = ((long long)hidden * 4 + EMB_SLOT_BYTES - 1) / EMB_SLOT_BYTES;
+  return (int)(p > EMB_PIECE_MIN ? p : EMB_PIECE_MIN);
+}
 
 static size_t align256(size_t v) {
   return (v + 255u) & ~(size_t)255u;
@@ -36,7 +48,7 @@ static size_t align256(size_t v) {
 
 static int ws_layout(long long n_tokens, emb_ws *w) {
   size_t arr, hist;
-  if (n_tokens < 1 || (unsigned long long)n_tokens > SIZE_MAX / 64u) return 0;
+  if (n_tokens < 1 || (unsigned long long)n_tokens > SIZE_MAX / 256u) return 0;
   w->ntiles = (n_tokens + EMB_TILE - 1) / EMB_TILE;
   arr = align256((size_t)n_tokens * 8u);
   hist = align256((size_t)w->ntiles * EMB_RADIX * 8u);
@@ -45,7 +57,8 @@ static int ws_layout(long long n_tokens, emb_ws *w) {
   w->keys_b = 2 * arr;
   w->pos_b = 3 * arr;
   w->hist = 4 * arr;
-  w->total = 4 * arr + hist;
+  w->slots = 4 * arr + hist;
+  w->total = w->slots + align256((size_t)n_tokens * EMB_SLOT_BYTES);
   return 1;
 }
 
@@ -117,7 +130,7 @@ out:
 }
 
 /* The stable LSD radix sort of the partition's tokens by row (docs/kernels/
- * embedding.md), then the per-row segment sums. */
+ * embedding.md), then the tail pieces of long runs, then the per-row sums. */
 static kiln_status bwd_sorted(kiln_loader *l, const char *op, kiln_dtype dt, float *dweight,
                               const void *dy, const int64_t *ids, long long n_tokens, int hidden,
                               long long vocab_start, long long vocab_end, const emb_ws *w,
@@ -154,13 +167,22 @@ static kiln_status bwd_sorted(kiln_loader *l, const char *op, kiln_dtype dt, flo
     t = pa, pa = pb, pb = t;
   }
   {
-    /* one warp per (sorted token, 32 x 16 bytes of columns) */
+    /* one warp per (tail candidate or sorted token, 32 x 16 bytes of columns) */
     const unsigned long long chunk = 32ull * (16u / kiln_dtype_size(dt));
-    const unsigned long long items =
-        (unsigned long long)n_tokens * (((unsigned long long)hidden + chunk - 1) / chunk);
-    void *args[] = {&dweight, &dy, &ka, &pa, &n_tokens, &hidden, &rows};
+    const unsigned long long chunks = ((unsigned long long)hidden + chunk - 1) / chunk;
+    int piece = emb_piece(hidden);
+    const unsigned long long tails = (unsigned long long)((n_tokens - 1) / piece);
+    void *slots = (void *)(base + w->slots);
+    void *pargs[] = {&slots, &dy, &ka, &pa, &n_tokens, &hidden, &rows, &piece};
+    void *args[] = {&dweight, &dy, &ka, &pa, &slots, &n_tokens, &hidden, &rows, &piece};
+    if (tails > 0) {
+      snprintf(entry, sizeof entry, "kiln_embedding_bwd_%s_pieces", kiln_dtype_str(dt));
+      KILN_CHECK(kiln_op_launch(l, op, entry, blocks_for(tails * chunks, EMB_WARPS), EMB_THREADS,
+                                pargs, stream));
+    }
     snprintf(entry, sizeof entry, "kiln_embedding_bwd_%s_sorted", kiln_dtype_str(dt));
-    rc = kiln_op_launch(l, op, entry, blocks_for(items, EMB_WARPS), EMB_THREADS, args, stream);
+    rc = kiln_op_launch(l, op, entry, blocks_for((unsigned long long)n_tokens * chunks, EMB_WARPS),
+                        EMB_THREADS, args, stream);
   }
 out:
   return rc;

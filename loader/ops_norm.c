@@ -8,9 +8,11 @@
 #include "kiln/ops.h"
 #include "loader/ops_internal.h"
 
-#define NORM_THREADS 256u    /* KILN_NORM_THREADS (kernels/norm/norm_core.cuh) */
-#define NORM_R_VECS 4        /* KILN_NORM_R_VECS */
-#define NORM_MAX_PARTS 512LL /* backward row parts: a function of rows only */
+#define NORM_THREADS 256u       /* KILN_NORM_THREADS (kernels/norm/norm_core.cuh) */
+#define NORM_BWD_R_THREADS 512u /* KILN_NORM_BWD_R_THREADS: the r backward's blocks */
+#define NORM_R_VECS 4           /* KILN_NORM_R_VECS */
+#define NORM_BWDW_MIN_TILES 256 /* KILN_NORM_BWDW_MIN_TILES */
+#define NORM_MAX_PARTS 512LL    /* backward row parts: a function of rows only */
 #define NORM_MAX_GRID 65536ULL
 #define NORM_MAX_COLS (2147483647 - 8 * 256) /* KILN_NORM_MAX_COLS */
 
@@ -98,6 +100,15 @@ static void entry_name(char *buf, size_t cap, const char *unit, const char *dir,
            r ? "r" : "g");
 }
 
+/* bwdw's column tile width: kiln_norm_bwdw_width (kernels/norm/norm_core.cuh),
+ * the widest of 32, 16, 8, 4 giving at least 256 tiles. */
+static int bwdw_width(int cols) {
+  int w = 32;
+  while (w > 4 && (cols + w - 1) / w < NORM_BWDW_MIN_TILES)
+    w >>= 1;
+  return w;
+}
+
 static unsigned long long row_grid(long long rows) {
   return (unsigned long long)rows < NORM_MAX_GRID ? (unsigned long long)rows : NORM_MAX_GRID;
 }
@@ -125,15 +136,15 @@ static kiln_status norm_bwd(kiln_loader *l, const char *op, const char *unit, in
   const float *ws_gc = ws_g, *ws_bc = ws_b;
   void *args[] = {&dx, &ws_g, &ws_b, &dy, &x, &mean, &rstd, &gamma, &rows, &cols, &parts};
   void *wargs[] = {&dgamma, &dbeta, &ws_gc, &ws_bc, &parts, &cols};
-  entry_name(entry, sizeof entry, unit, "bwd", dt, wdt,
-             norm_use_r(dt, cols, dx, dy, x, gamma, NULL));
-  KILN_CHECK(kiln_op_launch(l, op, entry, (unsigned long long)parts, NORM_THREADS, args, stream));
+  const int r = norm_use_r(dt, cols, dx, dy, x, gamma, NULL);
+  const unsigned long long w = (unsigned)bwdw_width(cols);
+  const unsigned long long tiles = ((unsigned long long)cols + w - 1) / w;
+  entry_name(entry, sizeof entry, unit, "bwd", dt, wdt, r);
+  KILN_CHECK(kiln_op_launch(l, op, entry, (unsigned long long)parts,
+                            r ? NORM_BWD_R_THREADS : NORM_THREADS, args, stream));
   snprintf(entry, sizeof entry, "kiln_%s_bwdw_%s_g", unit, kiln_dtype_str(wdt));
-  {
-    unsigned long long tiles = ((unsigned long long)cols + 31) / 32;
-    rc = kiln_op_launch(l, op, entry, tiles < NORM_MAX_GRID ? tiles : NORM_MAX_GRID, NORM_THREADS,
-                        wargs, stream);
-  }
+  rc = kiln_op_launch(l, op, entry, tiles < NORM_MAX_GRID ? tiles : NORM_MAX_GRID, NORM_THREADS,
+                      wargs, stream);
 out:
   return rc;
 }

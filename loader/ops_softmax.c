@@ -1,4 +1,5 @@
 /* Typed launchers for the softmax family: check, pick, launch. */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -15,17 +16,24 @@ out:
   return rc;
 }
 
+/* Whether every pointer the entry reads or writes (NULL: an argument the unit
+ * ignores) is 16-byte aligned: the vector variants' condition. */
+static int aligned16(const void *a, const void *b, const void *c) {
+  return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15u) == 0;
+}
+
 /* Finds the entry point for (unit, direction, dtype, the variant picked for
- * rows x cols) and launches it with args on stream. */
+ * rows x cols and the tensors' alignment) and launches it with args on
+ * stream. */
 static kiln_status launch(kiln_loader *l, const char *op, const char *unit_name, int bwd,
-                          kiln_dtype dt, long long rows, int cols, void **args,
+                          kiln_dtype dt, long long rows, int cols, int aligned, void **args,
                           struct CUstream_st *stream) {
   kiln_softmax_launch pick;
   char entry[128];
   long long bytes;
   kiln_status rc = kiln_op_product(op, rows, cols, (long long)kiln_dtype_size(dt), &bytes);
   if (rc != KILN_OK) return rc; /* the tensors' byte size must fit 64 bits, as for every op */
-  if (kiln_softmax_pick_launch(&pick, rows, cols) != 0)
+  if (kiln_softmax_pick_launch(&pick, rows, cols, kiln_dtype_size(dt), aligned) != 0)
     return kiln_fail(KILN_EINVAL, "%s: no launch for %lld x %d", op, rows, cols);
   snprintf(entry, sizeof entry, "kiln_%s_%s_%s_%s", unit_name, bwd ? "bwd" : "fwd",
            kiln_dtype_str(dt), pick.variant);
@@ -36,14 +44,14 @@ static kiln_status fwd(kiln_loader *l, const char *op, const char *unit, kiln_dt
                        const void *x, const uint8_t *mask, float scale, long long rows, int cols,
                        int sq, int heads, int mask_batches, struct CUstream_st *stream) {
   void *args[] = {&y, &x, &mask, &scale, &rows, &cols, &sq, &heads, &mask_batches};
-  return launch(l, op, unit, 0, dt, rows, cols, args, stream);
+  return launch(l, op, unit, 0, dt, rows, cols, aligned16(y, x, mask), args, stream);
 }
 
 static kiln_status bwd(kiln_loader *l, const char *op, const char *unit, kiln_dtype dt, void *dx,
                        const void *y, const void *dy, float scale, long long rows, int cols, int sq,
                        struct CUstream_st *stream) {
   void *args[] = {&dx, &y, &dy, &scale, &rows, &cols, &sq};
-  return launch(l, op, unit, 1, dt, rows, cols, args, stream);
+  return launch(l, op, unit, 1, dt, rows, cols, aligned16(dx, y, dy), args, stream);
 }
 
 kiln_status kiln_scaled_softmax_fwd(kiln_loader *l, kiln_dtype dt, void *y, const void *x,

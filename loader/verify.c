@@ -188,21 +188,21 @@ out:
   return rc;
 }
 
-/* Columns that make the launch picker choose variant v. */
-static int cols_for(const char *v) {
-  for (int cols = 1; cols <= 40000; cols = cols < 32 ? cols + 1 : cols * 2 - cols / 2) {
+/* Columns that make the launch picker choose variant v for elements of es
+ * bytes in 16-byte aligned tensors (cuMemAlloc's, as run_case allocates):
+ * the largest of its range (the most elements), or just past the start of
+ * the open-ended general paths. 0 when no cols up to 20000 picks it. */
+static int cols_for(const char *v, unsigned es) {
+  int first = 0, last = 0;
+  for (int cols = 1; cols <= 20000; cols++) {
     kiln_softmax_launch p;
-    if (kiln_softmax_pick_launch(&p, 1, cols) == 0 && strcmp(p.variant, v) == 0) {
-      /* the largest cols of this variant's range exercises the most elements */
-      int hi = cols;
-      while (kiln_softmax_pick_launch(&p, 1, hi + 1) == 0 && strcmp(p.variant, v) == 0 &&
-             hi < 20000)
-        hi++;
-      if (hi >= 20000) return cols + 37; /* the open-ended general path: just past its start */
-      return hi - 2 > cols ? hi - 2 : hi;
+    if (kiln_softmax_pick_launch(&p, 1, cols, es, 1) == 0 && strcmp(p.variant, v) == 0) {
+      if (!first) first = cols;
+      last = cols;
     }
   }
-  return 0;
+  if (last > 20000 - 16) return first + 37 * (int)(16 / es); /* g, vg: same residue mod 16/es */
+  return last;
 }
 
 static void fill(kat *k, uint64_t seed) {
@@ -245,7 +245,7 @@ static kiln_status verify_unit(kiln_loader *l, size_t u, kiln_loader_verify_summ
     k.dt = strcmp(ent->dtype, "f32") == 0   ? KILN_F32
            : strcmp(ent->dtype, "f16") == 0 ? KILN_F16
                                             : KILN_BF16;
-    k.cols = cols_for(ent->variant);
+    k.cols = cols_for(ent->variant, k.dt == KILN_F32 ? 4 : 2);
     k.b = 2;
     k.heads = kind == MASKED ? 2 : 1;
     k.sq = kind == PLAIN ? 1 : 3;

@@ -124,7 +124,9 @@ KILN_API kiln_status kiln_rms_norm_bwd(kiln_loader *l, kiln_dtype dt, kiln_dtype
  * Backward: dweight[ids[t] - vocab_start] += dy[t] for the partition's ids;
  * dweight is fp32 [vocab_end - vocab_start, hidden] (Megatron's main_grad)
  * and is accumulated into, not overwritten. deterministic = 1 sorts the ids
- * and sums each row's tokens in position order (same bits every run);
+ * and sums each row's tokens in a fixed order: position order within
+ * pieces cut at fixed points of the sorted ids, then the pieces in order
+ * (same bits every run and on every GPU; docs/kernels/embedding.md);
  * deterministic = 0 uses fp32 atomics (faster, order-dependent rounding).
  * workspace: at least kiln_embedding_bwd_workspace_size(...) bytes (0 for
  * the atomic path), 256-byte aligned. */

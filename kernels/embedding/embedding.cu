@@ -11,8 +11,10 @@
  *   hist_i64_g       per-tile counts of one 8-bit digit, digit-major;
  *   scan_i64_g       exclusive scan of those counts in fixed order;
  *   scatter_i64_g    the stable scatter of one LSD radix pass;
+ *   bwd_<dt>_pieces  the sums of the tail pieces of long runs of one key;
  *   bwd_<dt>_sorted  per distinct key, the sum of its dy rows in position
- *                    order, added to dweight (no atomics: same bits every run).
+ *                    order within each piece, pieces in order, added to
+ *                    dweight (no atomics: same bits every run).
  */
 #include "common/kiln_errors.cuh"
 #include "common/kiln_types.cuh"
@@ -26,6 +28,9 @@
 #define KILN_EMB_TILE (KILN_EMB_THREADS * KILN_EMB_TILE_ITEMS) /* 2048 tokens */
 #define KILN_EMB_RADIX 256                                     /* 8-bit digits */
 #define KILN_EMB_UNROLL 4 /* 16-byte accesses in flight per thread */
+/* The deterministic sums: at most 64 registers (4 blocks per SM); without
+ * the bound ptxas spills the f32 pieces entry on sm_120 at 40. */
+#define KILN_EMB_SUM_BOUNDS __launch_bounds__(KILN_EMB_THREADS, 4)
 
 /* A zero element of T (+0 in every dtype). */
 template <typename T> __device__ __forceinline__ T kiln_emb_zero() {
@@ -111,16 +116,106 @@ kiln_embedding_bwd_atomic_body(float *dweight, const T *dy, const kiln_i64 *ids,
 
 /* ---- backward, sorted (deterministic) ---------------------------------------------
  * keys/pos: the partition's tokens sorted stably by key (so equal keys are
- * in position order); keys == rows (outside the partition) come last. One
- * warp per sorted index i (grid-stride): when i starts a segment of key
- * k < rows, the warp walks the segment in order and each lane sums its own
- * columns (16-byte vectors of dy when aligned, else one column) in fp32, then
- * adds the sums to dweight[k]. Each (row, column) has exactly one owner: no
- * atomics, and the order of every addition is fixed. */
+ * in position order); keys == rows (outside the partition) come last.
+ *
+ * A key's segment of the sorted order is cut into pieces at the multiples of
+ * `piece` (a function of hidden only, chosen by the launcher): the head runs
+ * from the segment's start to the next multiple (or the segment's end), each
+ * tail piece from a multiple q * piece for at most `piece` rows. Each
+ * (row, column) of a piece is summed by one lane in fp32, from 0, in sorted
+ * (= position) order:
+ *   bwd_<dt>_pieces  one warp per (tail candidate q, column chunk): when
+ *                    sorted index q * piece continues a segment, the piece's
+ *                    sums go to slot q - 1 of `slots` ([q - 1][hidden] fp32);
+ *   bwd_<dt>_sorted  one warp per (sorted index i, column chunk): when i
+ *                    starts a segment of key k < rows, the head's sums, then
+ *                    + slot 0, + slot 1, ... of its tail pieces in order,
+ *                    then dweight[k] += that.
+ * Every (row, column) has one owner and the order of every addition is
+ * fixed: no atomics, the same bits every run. A long run of one id is summed
+ * by (its length / piece) warps per column chunk instead of one. */
+
+/* acc[0..per) += dy[pos[j]][col..] for j in [j, end) while keys[j] == key, in
+ * order; 4 rows' loads in flight (predicated, so the order never changes). */
+template <typename T, bool kVec>
+__device__ __forceinline__ void kiln_emb_sum_rows(float *acc, const T *dy, const kiln_i64 *keys,
+                                                  const kiln_i64 *pos, kiln_i64 j, kiln_i64 end,
+                                                  kiln_i64 key, int hidden, int col) {
+  const int per = kVec ? KILN_VEC(T) : 1, U = 4;
+  for (; j < end; j += U) {
+    kiln_i64 p[U];
+    bool ok[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      ok[u] = j + u < end && keys[j + u] == key;
+      p[u] = ok[u] ? pos[j + u] : 0;
+    }
+    float v[U][per];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const T *src = dy + p[u] * (kiln_i64)hidden + col;
+#pragma unroll
+      for (int k = 0; k < per; ++k)
+        v[u][k] = 0.f;
+      if (ok[u]) {
+        if (kVec)
+          kiln_load_vec(src, v[u]);
+        else
+          v[u][0] = kiln_load_f32(src);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (ok[u]) {
+#pragma unroll
+        for (int k = 0; k < per; ++k)
+          acc[k] += v[u][k];
+      }
+    if (!ok[U - 1]) break; /* the segment ended */
+  }
+}
+
+template <typename T, bool kVec>
+__device__ __forceinline__ void
+kiln_embedding_bwd_pieces_loop(float *slots, const T *dy, const kiln_i64 *keys, const kiln_i64 *pos,
+                               kiln_i64 n_tokens, int hidden, kiln_i64 rows, int piece) {
+  const int per = kVec ? KILN_VEC(T) : 1; /* columns per lane */
+  const int chunk_cols = 32 * per;
+  const int chunks = (hidden + chunk_cols - 1) / chunk_cols;
+  const int lane = threadIdx.x & 31;
+  const kiln_i64 tails = (n_tokens - 1) / piece; /* candidates q = 1 .. tails */
+  const kiln_i64 items = tails * chunks;
+  const kiln_i64 nwarps = (kiln_i64)gridDim.x * KILN_EMB_WARPS;
+  for (kiln_i64 it = (kiln_i64)blockIdx.x * KILN_EMB_WARPS + (threadIdx.x >> 5); it < items;
+       it += nwarps) {
+    const kiln_i64 q = it / chunks + 1, i = q * piece;
+    const kiln_i64 key = keys[i];
+    if (key >= rows || keys[i - 1] != key) continue; /* warp-uniform: no tail piece here */
+    const int col = (int)(it - (q - 1) * chunks) * chunk_cols + lane * per;
+    if (col < hidden) {
+      float acc[per];
+#pragma unroll
+      for (int k = 0; k < per; ++k)
+        acc[k] = 0.f;
+      const kiln_i64 end = i + piece < n_tokens ? i + piece : n_tokens;
+      kiln_emb_sum_rows<T, kVec>(acc, dy, keys, pos, i, end, key, hidden, col);
+      float *dst = slots + (q - 1) * (kiln_i64)hidden + col;
+#pragma unroll
+      for (int k = 0; k < per; k += 4) {
+        if (kVec)
+          kiln_store_vec(dst + k, acc + k);
+        else
+          dst[0] = acc[0];
+      }
+    }
+  }
+}
+
 template <typename T, bool kVec>
 __device__ __forceinline__ void
 kiln_embedding_bwd_sorted_loop(float *dweight, const T *dy, const kiln_i64 *keys,
-                               const kiln_i64 *pos, kiln_i64 n_tokens, int hidden, kiln_i64 rows) {
+                               const kiln_i64 *pos, const float *slots, kiln_i64 n_tokens,
+                               int hidden, kiln_i64 rows, int piece) {
   const int per = kVec ? KILN_VEC(T) : 1; /* columns per lane */
   const int chunk_cols = 32 * per;
   const int chunks = (hidden + chunk_cols - 1) / chunk_cols;
@@ -138,28 +233,33 @@ kiln_embedding_bwd_sorted_loop(float *dweight, const T *dy, const kiln_i64 *keys
 #pragma unroll
       for (int k = 0; k < per; ++k)
         acc[k] = 0.f;
-      for (kiln_i64 j = i; j < n_tokens && keys[j] == key; ++j) {
-        const T *src = dy + pos[j] * (kiln_i64)hidden + col;
+      kiln_i64 q = i / piece + 1; /* the first tail candidate */
+      const kiln_i64 head_end = q * piece < n_tokens ? q * piece : n_tokens;
+      kiln_emb_sum_rows<T, kVec>(acc, dy, keys, pos, i, head_end, key, hidden, col);
+      for (; q * piece < n_tokens && keys[q * piece] == key; ++q) {
+        const float *src = slots + (q - 1) * (kiln_i64)hidden + col;
+        float s[per];
         if (kVec) {
-          float v[per];
-          kiln_load_vec(src, v);
 #pragma unroll
-          for (int k = 0; k < per; ++k)
-            acc[k] += v[k];
+          for (int k = 0; k < per; k += 4)
+            kiln_load_vec(src + k, s + k);
         } else {
-          acc[0] += kiln_load_f32(src);
+          s[0] = src[0];
         }
+#pragma unroll
+        for (int k = 0; k < per; ++k)
+          acc[k] += s[k];
       }
       float *dst = dweight + key * (kiln_i64)hidden + col;
 #pragma unroll
-      for (int q = 0; q < per; q += 4) {
+      for (int k = 0; k < per; k += 4) {
         if (kVec) {
           float w4[4];
-          kiln_load_vec(dst + q, w4);
+          kiln_load_vec(dst + k, w4);
 #pragma unroll
-          for (int k = 0; k < 4; ++k)
-            w4[k] += acc[q + k];
-          kiln_store_vec(dst + q, w4);
+          for (int m = 0; m < 4; ++m)
+            w4[m] += acc[k + m];
+          kiln_store_vec(dst + k, w4);
         } else {
           dst[0] += acc[0];
         }
@@ -170,12 +270,26 @@ kiln_embedding_bwd_sorted_loop(float *dweight, const T *dy, const kiln_i64 *keys
 
 template <typename T>
 __device__ __forceinline__ void
-kiln_embedding_bwd_sorted_body(float *dweight, const T *dy, const kiln_i64 *keys,
-                               const kiln_i64 *pos, kiln_i64 n_tokens, int hidden, kiln_i64 rows) {
-  if (kiln_aligned16(dy) && kiln_aligned16(dweight) && hidden % KILN_VEC(T) == 0)
-    kiln_embedding_bwd_sorted_loop<T, true>(dweight, dy, keys, pos, n_tokens, hidden, rows);
+kiln_embedding_bwd_pieces_body(float *slots, const T *dy, const kiln_i64 *keys, const kiln_i64 *pos,
+                               kiln_i64 n_tokens, int hidden, kiln_i64 rows, int piece) {
+  if (kiln_aligned16(dy) && kiln_aligned16(slots) && hidden % KILN_VEC(T) == 0)
+    kiln_embedding_bwd_pieces_loop<T, true>(slots, dy, keys, pos, n_tokens, hidden, rows, piece);
   else
-    kiln_embedding_bwd_sorted_loop<T, false>(dweight, dy, keys, pos, n_tokens, hidden, rows);
+    kiln_embedding_bwd_pieces_loop<T, false>(slots, dy, keys, pos, n_tokens, hidden, rows, piece);
+}
+
+template <typename T>
+__device__ __forceinline__ void
+kiln_embedding_bwd_sorted_body(float *dweight, const T *dy, const kiln_i64 *keys,
+                               const kiln_i64 *pos, const float *slots, kiln_i64 n_tokens,
+                               int hidden, kiln_i64 rows, int piece) {
+  if (kiln_aligned16(dy) && kiln_aligned16(dweight) && kiln_aligned16(slots) &&
+      hidden % KILN_VEC(T) == 0)
+    kiln_embedding_bwd_sorted_loop<T, true>(dweight, dy, keys, pos, slots, n_tokens, hidden, rows,
+                                            piece);
+  else
+    kiln_embedding_bwd_sorted_loop<T, false>(dweight, dy, keys, pos, slots, n_tokens, hidden, rows,
+                                             piece);
 }
 
 /* ---- the stable LSD radix sort of the deterministic path --------------------------
@@ -334,14 +448,22 @@ extern "C" __global__ void __launch_bounds__(32)
                                                      vocab_start, vocab_end);                      \
   }
 #define KILN_EMB_DEFINE_bwd_sorted(dt)                                                             \
-  extern "C" __global__ void __launch_bounds__(KILN_EMB_THREADS) kiln_embedding_bwd_##dt##_sorted( \
+  extern "C" __global__ void KILN_EMB_SUM_BOUNDS kiln_embedding_bwd_##dt##_sorted(                 \
       float *dweight, const KILN_EMB_CT_##dt *dy, const kiln_i64 *keys, const kiln_i64 *pos,       \
-      kiln_i64 n_tokens, int hidden, kiln_i64 rows) {                                              \
-    kiln_embedding_bwd_sorted_body<KILN_EMB_CT_##dt>(dweight, dy, keys, pos, n_tokens, hidden,     \
-                                                     rows);                                        \
+      const float *slots, kiln_i64 n_tokens, int hidden, kiln_i64 rows, int piece) {               \
+    kiln_embedding_bwd_sorted_body<KILN_EMB_CT_##dt>(dweight, dy, keys, pos, slots, n_tokens,      \
+                                                     hidden, rows, piece);                         \
+  }
+#define KILN_EMB_DEFINE_bwd_pieces(dt)                                                             \
+  extern "C" __global__ void KILN_EMB_SUM_BOUNDS kiln_embedding_bwd_##dt##_pieces(                 \
+      float *slots, const KILN_EMB_CT_##dt *dy, const kiln_i64 *keys, const kiln_i64 *pos,         \
+      kiln_i64 n_tokens, int hidden, kiln_i64 rows, int piece) {                                   \
+    kiln_embedding_bwd_pieces_body<KILN_EMB_CT_##dt>(slots, dy, keys, pos, n_tokens, hidden, rows, \
+                                                     piece);                                       \
   }
 
 KILN_EMB_DEFINE_fwd_g(f32) KILN_EMB_DEFINE_fwd_g(f16) KILN_EMB_DEFINE_fwd_g(bf16)
     KILN_EMB_DEFINE_bwd_atomic(f32) KILN_EMB_DEFINE_bwd_atomic(f16) KILN_EMB_DEFINE_bwd_atomic(bf16)
         KILN_EMB_DEFINE_bwd_sorted(f32) KILN_EMB_DEFINE_bwd_sorted(f16)
-            KILN_EMB_DEFINE_bwd_sorted(bf16)
+            KILN_EMB_DEFINE_bwd_sorted(bf16) KILN_EMB_DEFINE_bwd_pieces(f32)
+                KILN_EMB_DEFINE_bwd_pieces(f16) KILN_EMB_DEFINE_bwd_pieces(bf16)

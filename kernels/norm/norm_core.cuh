@@ -11,8 +11,8 @@
  * All math in fp32; x, y, dx, dy are T (f32, f16, bf16), gamma, beta and
  * their gradients W (f32 or T).
  *
- * Two paths, both one block of KILN_NORM_THREADS per row, grid-stride over
- * rows (any grid is correct):
+ * Two paths, both one block of KILN_NORM_THREADS per row (the r backward:
+ * KILN_NORM_BWD_R_THREADS), grid-stride over rows (any grid is correct):
  *   r  the row lives in registers: thread t holds the 16-byte vectors
  *      k * KILN_NORM_THREADS + t, k < KILN_NORM_R_VECS, so the row is read
  *      from memory once. Contract: cols % KILN_VEC(T) == 0,
@@ -29,7 +29,7 @@
  * rows and cols only): part p takes rows p, p + parts, ... in order, and
  * leaves sum dy * xh and sum dy per column in fp32 at ws_g[p * cols + col]
  * (ws_b likewise). Blocks grid-stride over parts. The bwdw entry then sums
- * the parts of each column in a fixed order. Nothing depends on the grid
+ * the parts of each column in a fixed order (kiln_norm_bwdw). Nothing depends on the grid
  * or on timing: the same bits every run, no atomics.
  *
  * In place (y == x, dx == dy) is fine: each element is read by the thread
@@ -45,6 +45,12 @@
 #define KILN_NORM_R_VECS 4
 #define KILN_NORM_R_CAP(T) (KILN_NORM_THREADS * KILN_NORM_R_VECS * KILN_VEC(T))
 #define KILN_NORM_G_UNROLL 8
+/* The r backward: twice the threads, half the vectors each (same capacity). */
+#define KILN_NORM_BWD_R_THREADS 512
+#define KILN_NORM_BWD_R_VECS (KILN_NORM_R_VECS * KILN_NORM_THREADS / KILN_NORM_BWD_R_THREADS)
+/* bwdw's column tiles: at least this many (two per SM of a 132-SM H100)
+ * where 4-column tiles allow; see kiln_norm_bwdw_width. */
+#define KILN_NORM_BWDW_MIN_TILES 256
 /* The g forward's int column arithmetic (col + KILN_NORM_G_UNROLL *
  * KILN_NORM_THREADS) stays in range for cols up to this; the launcher
  * rejects more. (Unsigned arithmetic there costs a spill on sm_80.) */
@@ -66,6 +72,7 @@ __device__ __forceinline__ void kiln_norm_load_w(const W *p, float *v) {
 
 /* Two sums over the block at once; buf: 64 floats, one __syncthreads, none
  * trailing (same reuse rule as kiln_block_sum). */
+template <int kWarps = KILN_NORM_THREADS / 32>
 __device__ __forceinline__ void kiln_norm_block_sum2(float *a, float *b, float *buf) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float x = kiln_warp_sum(*a), y = kiln_warp_sum(*b);
@@ -74,7 +81,7 @@ __device__ __forceinline__ void kiln_norm_block_sum2(float *a, float *b, float *
     buf[32 + warp] = y;
   }
   __syncthreads();
-  const bool in = lane < KILN_NORM_THREADS / 32;
+  const bool in = lane < kWarps;
   *a = kiln_warp_sum(in ? buf[lane] : 0.f);
   *b = kiln_warp_sum(in ? buf[32 + lane] : 0.f);
 }
@@ -313,20 +320,36 @@ __device__ __forceinline__ void kiln_norm_unpack(const kiln_v16 &r, float *v, co
   }
 }
 
+/* The r backward: blocks of KILN_NORM_BWD_R_THREADS (512), each thread
+ * holding KILN_NORM_BWD_R_VECS (2) vectors of x and dy, packed as loaded (1
+ * register per 16-bit element), and one of the two column accumulators
+ * (LayerNorm's sum dy * xh) in registers; the other (LayerNorm's sum dy,
+ * RMSNorm's only one) lives in shared memory, one slot per element the
+ * thread owns, at [j][t] so that a warp's accesses hit 32 banks. A thread
+ * only touches its own slots: no barrier guards them. With 256 threads and
+ * both accumulators in registers (3 per 16-bit element) the entry took
+ * 126-128 registers: 2 blocks of 256, 16 warps per SM; this way at most 64
+ * (__launch_bounds__(512, 2)), 32 warps per SM, no spills
+ * (docs/kernels/norm.md, "Registers"). */
+template <typename T> struct kiln_norm_r_acc {
+  float v[KILN_NORM_BWD_R_VECS * KILN_VEC(T)][KILN_NORM_BWD_R_THREADS];
+};
+
 template <bool kLN, typename T, typename W>
 __device__ __forceinline__ void
 kiln_norm_bwd_r(T *dx, float *ws_g, float *ws_b, const T *dy, const T *x, const float *mean,
                 const float *rstd, const W *gamma, kiln_i64 rows, int cols, int parts) {
-  const int V = KILN_VEC(T), E = KILN_NORM_R_VECS;
+  const int V = KILN_VEC(T), E = KILN_NORM_BWD_R_VECS, t = (int)threadIdx.x;
   __shared__ float red[2][64];
+  __shared__ kiln_norm_r_acc<T> sacc; /* LN: sum dy; RMS: sum dy * xh */
   const float inv_cols = __fdividef(1.f, (float)cols);
   int parity = 0;
   for (int p = blockIdx.x; p < parts; p += gridDim.x) {
-    float ag[E * V], ab[E * V];
+    float ag[kLN ? E * V : 1]; /* LN: sum dy * xh */
 #pragma unroll
     for (int i = 0; i < E * V; ++i) {
-      ag[i] = 0.f;
-      ab[i] = 0.f;
+      if (kLN) ag[i] = 0.f;
+      sacc.v[i][t] = 0.f;
     }
     for (kiln_i64 row = p; row < rows; row += parts, parity ^= 1) {
       const kiln_i64 off = row * cols;
@@ -336,7 +359,7 @@ kiln_norm_bwd_r(T *dx, float *ws_g, float *ws_b, const T *dy, const T *x, const 
       float s1 = 0.f, s2 = 0.f;
 #pragma unroll
       for (int k = 0; k < E; ++k) {
-        const int col = (k * KILN_NORM_THREADS + (int)threadIdx.x) * V;
+        const int col = (k * KILN_NORM_BWD_R_THREADS + t) * V;
         if (col < cols) {
           xr[k] = *reinterpret_cast<const kiln_v16 *>(x + off + col);
           dr[k] = *reinterpret_cast<const kiln_v16 *>(dy + off + col);
@@ -344,7 +367,7 @@ kiln_norm_bwd_r(T *dx, float *ws_g, float *ws_b, const T *dy, const T *x, const 
       }
 #pragma unroll
       for (int k = 0; k < E; ++k) {
-        const int col = (k * KILN_NORM_THREADS + (int)threadIdx.x) * V;
+        const int col = (k * KILN_NORM_BWD_R_THREADS + t) * V;
         if (col < cols) {
           float g[V], xv[V], dv[V];
           kiln_norm_load_w<V>(gamma + col, g);
@@ -358,11 +381,11 @@ kiln_norm_bwd_r(T *dx, float *ws_g, float *ws_b, const T *dy, const T *x, const 
           }
         }
       }
-      kiln_norm_block_sum2(&s1, &s2, red[parity]);
+      kiln_norm_block_sum2<KILN_NORM_BWD_R_THREADS / 32>(&s1, &s2, red[parity]);
       const float c1 = kLN ? s1 * inv_cols : 0.f, c2 = s2 * inv_cols;
 #pragma unroll
       for (int k = 0; k < E; ++k) {
-        const int col = (k * KILN_NORM_THREADS + (int)threadIdx.x) * V;
+        const int col = (k * KILN_NORM_BWD_R_THREADS + t) * V;
         if (col < cols) {
           float g[V], xv[V], dv[V], o[V];
           kiln_norm_load_w<V>(gamma + col, g);
@@ -373,8 +396,12 @@ kiln_norm_bwd_r(T *dx, float *ws_g, float *ws_b, const T *dy, const T *x, const 
             const int j = k * V + i;
             const float xh = (xv[i] - mu) * r;
             o[i] = r * (dv[i] * g[i] - c1 - xh * c2);
-            ag[j] += dv[i] * xh;
-            ab[j] += dv[i];
+            if (kLN) {
+              ag[j] += dv[i] * xh;
+              sacc.v[j][t] += dv[i];
+            } else {
+              sacc.v[j][t] += dv[i] * xh;
+            }
           }
           kiln_store_vec(dx + off + col, o);
         }
@@ -382,13 +409,21 @@ kiln_norm_bwd_r(T *dx, float *ws_g, float *ws_b, const T *dy, const T *x, const 
     }
 #pragma unroll
     for (int k = 0; k < E; ++k) {
-      const int col = (k * KILN_NORM_THREADS + (int)threadIdx.x) * V;
+      const int col = (k * KILN_NORM_BWD_R_THREADS + t) * V;
       if (col < cols) {
         const kiln_i64 w = (kiln_i64)p * cols + col;
 #pragma unroll
         for (int i = 0; i < V; i += 4) {
-          kiln_store_vec(ws_g + w + i, ag + k * V + i);
-          if (kLN) kiln_store_vec(ws_b + w + i, ab + k * V + i);
+          float s[4];
+#pragma unroll
+          for (int q = 0; q < 4; ++q)
+            s[q] = sacc.v[k * V + i + q][t];
+          if (kLN) {
+            kiln_store_vec(ws_g + w + i, ag + k * V + i);
+            kiln_store_vec(ws_b + w + i, s);
+          } else {
+            kiln_store_vec(ws_g + w + i, s);
+          }
         }
       }
     }
@@ -467,36 +502,50 @@ kiln_norm_bwd_g(T *dx, float *ws_g, float *ws_b, const T *dy, const T *x, const 
   }
 }
 
+/* bwdw's column tile: the widest of 32, 16, 8, 4 columns that still makes
+ * at least KILN_NORM_BWDW_MIN_TILES tiles (else 4), so that narrow rows
+ * still spread over every SM. A function of cols only: the order of the
+ * sums, hence the bits, never depends on the GPU. loader/ops_norm.c sizes
+ * the grid with the same function. */
+__device__ __forceinline__ int kiln_norm_bwdw_width(int cols) {
+  int w = 32;
+  while (w > 4 && (cols + w - 1) / w < KILN_NORM_BWDW_MIN_TILES)
+    w >>= 1;
+  return w;
+}
+
 /* dgamma[col] = sum over p in order of ws_g[p * cols + col] (dbeta from ws_b
- * when kLN). The block takes 32 columns at a time; warp w sums parts
- * w, w + 8, ... and warp 0 adds the 8 sums in order. */
+ * when kLN), in a fixed order. A block takes a tile of `width` columns at a
+ * time: thread t sums column t % width of parts s, s + S, ... in order
+ * (s = t / width, S = 256 / width streams), and thread s = 0 of each column
+ * adds the S stream sums in order, from 0. */
 template <bool kLN, typename W>
 __device__ __forceinline__ void kiln_norm_bwdw(W *dgamma, W *dbeta, const float *ws_g,
                                                const float *ws_b, int parts, int cols) {
-  const int kWarps = KILN_NORM_THREADS / 32;
-  __shared__ float sg[kWarps][32], sb[kWarps][32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int tiles = (int)(((unsigned)cols + 31u) / 32u);
+  __shared__ float sg[KILN_NORM_THREADS], sb[KILN_NORM_THREADS];
+  const int width = kiln_norm_bwdw_width(cols), streams = KILN_NORM_THREADS / width;
+  const int t = (int)threadIdx.x, c = t % width, s = t / width;
+  const int tiles = (int)(((unsigned)cols + (unsigned)width - 1u) / (unsigned)width);
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const int col = tile * 32 + lane;
+    const int col = tile * width + c;
     float a = 0.f, b = 0.f;
     if (col < cols) {
-      for (int p = warp; p < parts; p += kWarps) {
+#pragma unroll 4
+      for (int p = s; p < parts; p += streams) {
         const kiln_i64 i = (kiln_i64)p * cols + col;
         a += ws_g[i];
         if (kLN) b += ws_b[i];
       }
     }
-    sg[warp][lane] = a;
-    sb[warp][lane] = b;
+    sg[t] = a; /* t == s * width + c */
+    sb[t] = b;
     __syncthreads();
-    if (warp == 0 && col < cols) {
+    if (s == 0 && col < cols) {
       a = 0.f;
       b = 0.f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        a += sg[w][lane];
-        b += sb[w][lane];
+      for (int q = 0; q < streams; ++q) {
+        a += sg[q * width + c];
+        b += sb[q * width + c];
       }
       kiln_store_f32(dgamma + col, a);
       if (kLN) kiln_store_f32(dbeta + col, b);
@@ -524,6 +573,16 @@ __device__ __forceinline__ void kiln_norm_bwdw(W *dgamma, W *dbeta, const float 
 #define KILN_NORM_PATH_wf32_g g
 #define KILN_NORM_PATH_wf16_g g
 #define KILN_NORM_PATH_wbf16_g g
+/* The r backward's blocks per SM, as a register bound for ptxas (see
+ * kiln_norm_bwd_r); the g path needs no hint. */
+#define KILN_NORM_BWD_BOUNDS_r __launch_bounds__(KILN_NORM_BWD_R_THREADS, 2)
+#define KILN_NORM_BWD_BOUNDS_g __launch_bounds__(KILN_NORM_THREADS)
+#define KILN_NORM_BWD_BOUNDS_wf32_r KILN_NORM_BWD_BOUNDS_r
+#define KILN_NORM_BWD_BOUNDS_wf16_r KILN_NORM_BWD_BOUNDS_r
+#define KILN_NORM_BWD_BOUNDS_wbf16_r KILN_NORM_BWD_BOUNDS_r
+#define KILN_NORM_BWD_BOUNDS_wf32_g KILN_NORM_BWD_BOUNDS_g
+#define KILN_NORM_BWD_BOUNDS_wf16_g KILN_NORM_BWD_BOUNDS_g
+#define KILN_NORM_BWD_BOUNDS_wbf16_g KILN_NORM_BWD_BOUNDS_g
 #define KILN_NORM_CALL_(name, path) name##path
 #define KILN_NORM_CALL(name, path) KILN_NORM_CALL_(name, path)
 
@@ -539,7 +598,7 @@ __device__ __forceinline__ void kiln_norm_bwdw(W *dgamma, W *dbeta, const float 
   }
 
 #define KILN_NORM_ENTRY_bwd(unit, dt, v)                                                           \
-  extern "C" __global__ void __launch_bounds__(KILN_NORM_THREADS) kiln_##unit##_bwd_##dt##_##v(    \
+  extern "C" __global__ void KILN_NORM_BWD_BOUNDS_##v kiln_##unit##_bwd_##dt##_##v(                \
       KILN_NORM_CT_##dt *dx, float *ws_g, float *ws_b, const KILN_NORM_CT_##dt *dy,                \
       const KILN_NORM_CT_##dt *x, const float *mean, const float *rstd,                            \
       const KILN_NORM_W_##v *gamma, long long rows, int cols, int parts) {                         \

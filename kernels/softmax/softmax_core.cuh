@@ -7,14 +7,26 @@
  *             element is all zeros, never NaN.
  *   backward  dx = scale * y * (dy - sum_j dy_j * y_j).
  *
- * Three variant kinds (rows of softmax_variants.def):
+ * Variant kinds (rows of softmax_variants.def):
  *   w<E>  one warp per row, E elements per lane in registers, cols <= 32*E;
  *         element k of lane l is column k*32 + l (coalesced).
  *   b<E>  one block of kThreads per row, E elements per thread in registers,
  *         cols <= kThreads*E; element k of thread t is column k*kThreads + t.
  *   g     one block per row, any cols: pass 1 reduces (online max/sum
  *         forward, sum(dy*y) backward), pass 2 re-reads and writes.
+ *   wv, bv, gv  the same with 16-byte accesses: a thread's elements come in
+ *         vectors of V = 16 / sizeof(T) contiguous columns, vector j of
+ *         thread t covering columns (j*width + t)*V ... + V-1. The launcher
+ *         picks them only when every tensor (and the mask) is 16-byte aligned
+ *         and cols % V == 0, so a vector that starts inside a row lies in it;
+ *         a causal row's limit may cut a vector, whose columns past it are
+ *         read (in bounds) but take no part.
  * All kinds grid-stride over rows, so any grid size is correct.
+ *
+ * Register-resident rows are kept as the dtype stores them (two 16-bit
+ * values per register) and converted again in each pass, so that a b32 or
+ * w32 row of bf16 fits the 64 registers per thread that 32 resident warps
+ * per SM allow (KILN_SOFTMAX_BOUNDS_*; docs/kernels/softmax.md).
  *
  * In-place (y == x, dx == dy or dx == y) is allowed everywhere: every thread
  * reads and writes only its own columns, and reads each of them before it
@@ -29,6 +41,7 @@
 #define KILN_SOFTMAX_CORE_CUH
 
 #include "common/kiln_types.cuh"
+#include "common/kiln_vec.cuh" /* kiln_v16, kiln_lo_f32/hi_f32, kiln_load/store_vec */
 #include "softmax/softmax_variants.def"
 
 enum { KILN_SOFTMAX_PLAIN = 0, KILN_SOFTMAX_MASKED = 1, KILN_SOFTMAX_CAUSAL = 2 };
@@ -81,15 +94,6 @@ __device__ __forceinline__ kiln_softmax_row kiln_softmax_row_at(kiln_i64 row, in
   return r;
 }
 
-/* log2(e) * scale * x[col], or -inf where the mask says no. col < r.lim. */
-template <int kUnit, typename T>
-__device__ __forceinline__ float kiln_softmax_load(const T *x, const kiln_softmax_row &r,
-                                                   kiln_i64 col, float c) {
-  float t = kiln_load_f32(x + r.off + col) * c;
-  if (kUnit == KILN_SOFTMAX_MASKED && r.mask[col] != 0) t = kiln_neg_inf();
-  return t;
-}
-
 /* Reductions over the threads that share a row: one warp or the block.
  * red: 32 floats of shared memory (unused for a warp). */
 template <int kWidth> __device__ __forceinline__ float kiln_softmax_row_max(float v, float *red) {
@@ -99,14 +103,152 @@ template <int kWidth> __device__ __forceinline__ float kiln_softmax_row_sum(floa
   return kWidth == 32 ? kiln_warp_sum(v) : kiln_block_sum<kWidth>(v, red);
 }
 
-/* ---- register-resident rows (w and b kinds) ---------------------------- */
+/* ---- where a thread's elements are ------------------------------------- */
+
+/* Elements of T in a 16-byte vector. */
+template <typename T> struct kiln_softmax_vec {
+  enum { value = 16 / (int)sizeof(T) };
+};
+
+/* Column of element k of thread tid among kWidth threads, from the start of
+ * a chunk: strided (scalar kinds) or in vectors of V (vector kinds). */
+template <bool kVec, typename T, int kWidth>
+__device__ __forceinline__ int kiln_softmax_col(int k, int tid) {
+  const int V = kiln_softmax_vec<T>::value;
+  return kVec ? ((k / V) * kWidth + tid) * V + k % V : k * kWidth + tid;
+}
+
+/* V mask bytes in one load from p, aligned to V bytes: byte i is bits 8i.. */
+template <int V> struct kiln_softmax_mask_vec;
+template <> struct kiln_softmax_mask_vec<8> {
+  static __device__ __forceinline__ unsigned long long get(const kiln_u8 *p) {
+    return *reinterpret_cast<const unsigned long long *>(p);
+  }
+};
+template <> struct kiln_softmax_mask_vec<4> {
+  static __device__ __forceinline__ unsigned long long get(const kiln_u8 *p) {
+    return *reinterpret_cast<const unsigned *>(p);
+  }
+};
+
+/* Bit n set: element n of this thread's chunk at base is before lim and not
+ * masked (masked unit: mask byte 0); the mask is read a vector at a time in
+ * the vector kinds. */
+template <int kUnit, bool kVec, int N, int kWidth, typename T>
+__device__ __forceinline__ unsigned kiln_softmax_part(const kiln_softmax_row &r, kiln_i64 base,
+                                                      int tid) {
+  const int V = kiln_softmax_vec<T>::value;
+  unsigned in = 0;
+  if (kVec) {
+#pragma unroll
+    for (int j = 0; j < N / V; ++j) {
+      const kiln_i64 col0 = base + ((kiln_i64)j * kWidth + tid) * V;
+      if (col0 >= r.lim) continue;
+      const unsigned long long mb =
+          kUnit == KILN_SOFTMAX_MASKED ? kiln_softmax_mask_vec<V>::get(r.mask + col0) : 0ull;
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+        in |= (unsigned)(col0 + i < r.lim && ((mb >> (8 * i)) & 0xffu) == 0) << (j * V + i);
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const kiln_i64 col = base + (kiln_i64)k * kWidth + tid;
+      in |= (unsigned)(col < r.lim && (kUnit != KILN_SOFTMAX_MASKED || r.mask[col] == 0)) << k;
+    }
+  }
+  return in;
+}
+
+/* v[0..N) = p[base + this thread's columns] as fp32, 0 at columns >= lim. */
+template <bool kVec, int N, int kWidth, typename T>
+__device__ __forceinline__ void kiln_softmax_read(float *v, const T *p, kiln_i64 base, int tid,
+                                                  kiln_i64 lim) {
+  const int V = kiln_softmax_vec<T>::value;
+  if (kVec) {
+#pragma unroll
+    for (int j = 0; j < N / V; ++j) {
+      const kiln_i64 col0 = base + ((kiln_i64)j * kWidth + tid) * V;
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+        v[j * V + i] = 0.f;
+      if (col0 < lim) kiln_load_vec(p + col0, v + j * V);
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const kiln_i64 col = base + (kiln_i64)k * kWidth + tid;
+      v[k] = col < lim ? kiln_load_f32(p + col) : 0.f;
+    }
+  }
+}
+
+/* p[base + this thread's columns] = o[0..N), rounded to T, where < cols. */
+template <bool kVec, int N, int kWidth, typename T>
+__device__ __forceinline__ void kiln_softmax_write(T *p, const float *o, kiln_i64 base, int tid,
+                                                   kiln_i64 cols) {
+  const int V = kiln_softmax_vec<T>::value;
+  if (kVec) {
+#pragma unroll
+    for (int j = 0; j < N / V; ++j) {
+      const kiln_i64 col0 = base + ((kiln_i64)j * kWidth + tid) * V;
+      if (col0 < cols) kiln_store_vec(p + col0, o + j * V);
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const kiln_i64 col = base + (kiln_i64)k * kWidth + tid;
+      if (col < cols) kiln_store_f32(p + col, o[k]);
+    }
+  }
+}
+
+/* p[base + this thread's columns] = f(n) for element n, rounded to T, where
+ * < cols; f is called just before its store (short live ranges). */
+template <bool kVec, int N, int kWidth, typename T, typename F>
+__device__ __forceinline__ void kiln_softmax_emit(T *p, const F &f, kiln_i64 base, int tid,
+                                                  kiln_i64 cols) {
+  const int V = kiln_softmax_vec<T>::value;
+  if (kVec) {
+#pragma unroll
+    for (int j = 0; j < N / V; ++j) {
+      const kiln_i64 col0 = base + ((kiln_i64)j * kWidth + tid) * V;
+      if (col0 >= cols) continue;
+      float o[V];
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+        o[i] = f(j * V + i);
+      kiln_store_vec(p + col0, o);
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const kiln_i64 col = base + (kiln_i64)k * kWidth + tid;
+      if (col < cols) kiln_store_f32(p + col, f(k));
+    }
+  }
+}
+
+/* ---- register-resident rows, scalar kinds --------------------------------
+ * Element k of thread tid is column k * kWidth + tid; the row is held as fp32
+ * (forward: its exponentials), one register per element. */
+
+/* log2(e) * scale * x[col], or -inf where the mask says no. col < r.lim. */
+template <int kUnit, typename T>
+__device__ __forceinline__ float kiln_softmax_load(const T *x, const kiln_softmax_row &r,
+                                                   kiln_i64 col, float c) {
+  float t = kiln_load_f32(x + r.off + col) * c;
+  if (kUnit == KILN_SOFTMAX_MASKED && r.mask[col] != 0) t = kiln_neg_inf();
+  return t;
+}
 
 /* kWidth threads share the row; tid is this thread's index among them.
  * red: 64 floats of shared memory for kWidth > 32 (max uses the first 32,
  * sum the last 32, so back-to-back rows need no extra barrier). */
 template <int kUnit, int E, int kWidth, typename T>
-__device__ __forceinline__ void kiln_softmax_fwd_regs(T *y, const T *x, const kiln_softmax_row &r,
-                                                      int cols, float c, int tid, float *red) {
+__device__ __forceinline__ void kiln_softmax_fwd_regs_scalar(T *y, const T *x,
+                                                             const kiln_softmax_row &r, int cols,
+                                                             float c, int tid, float *red) {
   static_assert(E >= 1 && E <= 32, "E bits must fit the participation mask");
   float v[E];
 #pragma unroll
@@ -141,9 +283,9 @@ __device__ __forceinline__ void kiln_softmax_fwd_regs(T *y, const T *x, const ki
 /* red: 32 floats of shared memory for kWidth > 32; callers alternate two
  * buffers between consecutive rows (one reduction per row). */
 template <int kWidth, int E, typename T>
-__device__ __forceinline__ void kiln_softmax_bwd_regs(T *dx, const T *y, const T *dy,
-                                                      const kiln_softmax_row &r, int cols,
-                                                      float scale, int tid, float *red) {
+__device__ __forceinline__ void kiln_softmax_bwd_regs_scalar(T *dx, const T *y, const T *dy,
+                                                             const kiln_softmax_row &r, int cols,
+                                                             float scale, int tid, float *red) {
   float yv[E], gv[E];
   float s = 0.f;
 #pragma unroll
@@ -166,16 +308,145 @@ __device__ __forceinline__ void kiln_softmax_bwd_regs(T *dx, const T *y, const T
   }
 }
 
-/* ---- kernel bodies, one per kind; <kUnit, E, kThreads> ------------------
+/* ---- register-resident rows, vector kinds ------------------------------- */
+
+/* E elements of T as the dtype stores them: fp32 one per register, 16-bit
+ * types two per register (element k in half k & 1 of word k / 2). */
+template <typename T, int E> struct kiln_softmax_vals {
+  unsigned w[(E + 1) / 2];
+  __device__ __forceinline__ float get(int k) const {
+    return k & 1 ? kiln_hi_f32(w[k >> 1], (const T *)0) : kiln_lo_f32(w[k >> 1], (const T *)0);
+  }
+  __device__ __forceinline__ void set(int k, const T *p) {
+    const unsigned h = p->bits, keep = k & 1 ? 0xffffu : 0xffff0000u;
+    w[k >> 1] = (w[k >> 1] & keep) | (k & 1 ? h << 16 : h);
+  }
+  __device__ __forceinline__ void set_vec(int j, const T *p) { /* elements 8j.., p aligned */
+    const kiln_v16 r = *reinterpret_cast<const kiln_v16 *>(p);
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      w[4 * j + q] = r.w[q];
+  }
+};
+template <int E> struct kiln_softmax_vals<float, E> {
+  float v[E];
+  __device__ __forceinline__ float get(int k) const {
+    return v[k];
+  }
+  template <typename U> __device__ __forceinline__ void set(int k, const U *p) {
+    v[k] = kiln_load_f32(p);
+  }
+  /* elements 4j.., p aligned; U is float (a scalar kind's dead branch names others) */
+  template <typename U> __device__ __forceinline__ void set_vec(int j, const U *p) {
+    const kiln_v16 r = *reinterpret_cast<const kiln_v16 *>(p);
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      v[4 * j + q] = __uint_as_float(r.w[q]);
+  }
+};
+
+/* How the functions below hold a row of T: as stored (vector loads fill
+ * whole registers). The scalar kinds use the functions above; this only
+ * types the branch they compile but never run. */
+template <bool kVec, typename T> struct kiln_softmax_held { typedef T type; };
+template <typename T> struct kiln_softmax_held<false, T> { typedef float type; };
+
+/* Loads this thread's elements of row p (columns < lim) into vals. */
+template <bool kVec, int E, int kWidth, typename S, typename T>
+__device__ __forceinline__ void kiln_softmax_hold(kiln_softmax_vals<S, E> &vals, const T *p,
+                                                  int tid, int lim) {
+  const int V = kiln_softmax_vec<T>::value;
+  if (kVec) {
+#pragma unroll
+    for (int j = 0; j < E / V; ++j) {
+      const int col0 = (j * kWidth + tid) * V;
+      if (col0 < lim) vals.set_vec(j, p + col0);
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < E; ++k) {
+      const int col = k * kWidth + tid;
+      if (col < lim) vals.set(k, p + col);
+    }
+  }
+}
+
+/* kWidth threads share the row; tid is this thread's index among them.
+ * red: 64 floats of shared memory for kWidth > 32 (max uses the first 32,
+ * sum the last 32, so back-to-back rows need no extra barrier). x is held as
+ * stored; t = log2(e) * scale * x is recomputed in each pass (cheaper than
+ * the registers to keep it). */
+template <int kUnit, bool kVec, int E, int kWidth, typename T>
+__device__ __forceinline__ void kiln_softmax_fwd_regs(T *y, const T *x, const kiln_softmax_row &r,
+                                                      int cols, float c, int tid, float *red) {
+  static_assert(E >= 1 && E <= 32, "E bits must fit the participation mask");
+  static_assert(!kVec || E % 8 == 0, "vector kinds hold whole vectors of every dtype");
+  kiln_softmax_vals<typename kiln_softmax_held<kVec, T>::type, E> xv = {};
+  kiln_softmax_hold<kVec, E, kWidth>(xv, x + r.off, tid, r.lim);
+  unsigned in = kiln_softmax_part<kUnit, kVec, E, kWidth, T>(r, 0, tid); /* bit k: takes part */
+  float m = kiln_neg_inf();
+#pragma unroll
+  for (int k = 0; k < E; ++k) {
+    const float t = xv.get(k) * c;
+    if (t == kiln_neg_inf()) in &= ~(1u << k); /* scale * x == -inf takes no part either */
+    if ((in >> k) & 1u) m = fmaxf(m, t);
+  }
+  m = kiln_softmax_row_max<kWidth>(m, red);
+
+  /* c1, c2: c, as values the compiler cannot prove equal to c (m * 0 is not
+   * 0 for m = inf or NaN), so that it recomputes t = x * c in each pass
+   * rather than keep E floats live across the reductions. Equal to c
+   * whenever a result depends on them: m is finite once anything takes
+   * part (nothing does when m = -inf), and +inf or NaN in m makes every
+   * participating y NaN either way. */
+  const float c1 = c + m * 0.f;
+  float s = 0.f;
+#pragma unroll
+  for (int k = 0; k < E; ++k)
+    if ((in >> k) & 1u) s += kiln_exp2f(xv.get(k) * c1 - m);
+  s = kiln_softmax_row_sum<kWidth>(s, kWidth == 32 ? red : red + 32); /* red is null for a warp */
+  const float inv = 1.f / s; /* s >= 1 if anything takes part, else unused */
+  const float c2 = c + inv * 0.f;
+  kiln_softmax_emit<kVec, E, kWidth>(
+      y + r.off, [&](int k) { return (in >> k) & 1u ? kiln_exp2f(xv.get(k) * c2 - m) * inv : 0.f; },
+      0, tid, cols);
+}
+
+/* red: 32 floats of shared memory for kWidth > 32; callers alternate two
+ * buffers between consecutive rows (one reduction per row). */
+template <bool kVec, int kWidth, int E, typename T>
+__device__ __forceinline__ void kiln_softmax_bwd_regs(T *dx, const T *y, const T *dy,
+                                                      const kiln_softmax_row &r, int cols,
+                                                      float scale, int tid, float *red) {
+  kiln_softmax_vals<typename kiln_softmax_held<kVec, T>::type, E> yv = {}, gv = {};
+  kiln_softmax_hold<kVec, E, kWidth>(yv, y + r.off, tid, r.lim);
+  kiln_softmax_hold<kVec, E, kWidth>(gv, dy + r.off, tid, r.lim);
+  float s = 0.f;
+#pragma unroll
+  for (int k = 0; k < E; ++k)
+    if (kiln_softmax_col<kVec, T, kWidth>(k, tid) < r.lim) s += yv.get(k) * gv.get(k);
+  s = kiln_softmax_row_sum<kWidth>(s, red);
+  kiln_softmax_emit<kVec, E, kWidth>(
+      dx + r.off,
+      [&](int k) {
+        return kiln_softmax_col<kVec, T, kWidth>(k, tid) < r.lim
+                   ? scale * (yv.get(k) * (gv.get(k) - s))
+                   : 0.f;
+      },
+      0, tid, cols);
+}
+
+/* ---- kernel bodies, one per kind; <kUnit, kVec, E, kThreads> --------------
  * Backward needs no mask: masked positions have y == 0 and so dx == 0. The
  * causal unit still uses its limit so it neither reads nor computes the
- * upper triangle, and writes dx = 0 there. */
+ * upper triangle (bar the rest of a vector that the limit cuts), and writes
+ * dx = 0 there. */
 
 template <int kUnit> struct kiln_softmax_bwd_unit {
   enum { value = kUnit == KILN_SOFTMAX_CAUSAL ? KILN_SOFTMAX_CAUSAL : KILN_SOFTMAX_PLAIN };
 };
 
-template <int kUnit, int E, int kThreads, typename T>
+template <int kUnit, bool kVec, int E, int kThreads, typename T>
 __device__ __forceinline__ void kiln_softmax_fwd_w(T *y, const T *x, const kiln_u8 *mask,
                                                    float scale, kiln_i64 rows, int cols, int sq,
                                                    int heads, int mask_batches) {
@@ -184,11 +455,14 @@ __device__ __forceinline__ void kiln_softmax_fwd_w(T *y, const T *x, const kiln_
   for (kiln_i64 row = (kiln_i64)blockIdx.x * warps + (threadIdx.x >> 5); row < rows;
        row += (kiln_i64)gridDim.x * warps) {
     const kiln_softmax_row r = kiln_softmax_row_at<kUnit>(row, cols, mask, sq, heads, mask_batches);
-    kiln_softmax_fwd_regs<kUnit, E, 32>(y, x, r, cols, c, threadIdx.x & 31, (float *)0);
+    if (kVec)
+      kiln_softmax_fwd_regs<kUnit, kVec, E, 32>(y, x, r, cols, c, threadIdx.x & 31, (float *)0);
+    else
+      kiln_softmax_fwd_regs_scalar<kUnit, E, 32>(y, x, r, cols, c, threadIdx.x & 31, (float *)0);
   }
 }
 
-template <int kUnit, int E, int kThreads, typename T>
+template <int kUnit, bool kVec, int E, int kThreads, typename T>
 __device__ __forceinline__ void kiln_softmax_bwd_w(T *dx, const T *y, const T *dy, float scale,
                                                    kiln_i64 rows, int cols, int sq) {
   const int warps = kThreads / 32;
@@ -196,11 +470,14 @@ __device__ __forceinline__ void kiln_softmax_bwd_w(T *dx, const T *y, const T *d
        row += (kiln_i64)gridDim.x * warps) {
     const kiln_softmax_row r =
         kiln_softmax_row_at<kiln_softmax_bwd_unit<kUnit>::value>(row, cols, 0, sq, 1, 1);
-    kiln_softmax_bwd_regs<32, E>(dx, y, dy, r, cols, scale, threadIdx.x & 31, (float *)0);
+    if (kVec)
+      kiln_softmax_bwd_regs<kVec, 32, E>(dx, y, dy, r, cols, scale, threadIdx.x & 31, (float *)0);
+    else
+      kiln_softmax_bwd_regs_scalar<32, E>(dx, y, dy, r, cols, scale, threadIdx.x & 31, (float *)0);
   }
 }
 
-template <int kUnit, int E, int kThreads, typename T>
+template <int kUnit, bool kVec, int E, int kThreads, typename T>
 __device__ __forceinline__ void kiln_softmax_fwd_b(T *y, const T *x, const kiln_u8 *mask,
                                                    float scale, kiln_i64 rows, int cols, int sq,
                                                    int heads, int mask_batches) {
@@ -208,11 +485,14 @@ __device__ __forceinline__ void kiln_softmax_fwd_b(T *y, const T *x, const kiln_
   const float c = scale * KILN_LOG2E;
   for (kiln_i64 row = blockIdx.x; row < rows; row += gridDim.x) {
     const kiln_softmax_row r = kiln_softmax_row_at<kUnit>(row, cols, mask, sq, heads, mask_batches);
-    kiln_softmax_fwd_regs<kUnit, E, kThreads>(y, x, r, cols, c, threadIdx.x, red);
+    if (kVec)
+      kiln_softmax_fwd_regs<kUnit, kVec, E, kThreads>(y, x, r, cols, c, threadIdx.x, red);
+    else
+      kiln_softmax_fwd_regs_scalar<kUnit, E, kThreads>(y, x, r, cols, c, threadIdx.x, red);
   }
 }
 
-template <int kUnit, int E, int kThreads, typename T>
+template <int kUnit, bool kVec, int E, int kThreads, typename T>
 __device__ __forceinline__ void kiln_softmax_bwd_b(T *dx, const T *y, const T *dy, float scale,
                                                    kiln_i64 rows, int cols, int sq) {
   __shared__ float red[64];
@@ -220,7 +500,12 @@ __device__ __forceinline__ void kiln_softmax_bwd_b(T *dx, const T *y, const T *d
   for (kiln_i64 row = blockIdx.x; row < rows; row += gridDim.x, parity ^= 32) {
     const kiln_softmax_row r =
         kiln_softmax_row_at<kiln_softmax_bwd_unit<kUnit>::value>(row, cols, 0, sq, 1, 1);
-    kiln_softmax_bwd_regs<kThreads, E>(dx, y, dy, r, cols, scale, threadIdx.x, red + parity);
+    if (kVec)
+      kiln_softmax_bwd_regs<kVec, kThreads, E>(dx, y, dy, r, cols, scale, threadIdx.x,
+                                               red + parity);
+    else
+      kiln_softmax_bwd_regs_scalar<kThreads, E>(dx, y, dy, r, cols, scale, threadIdx.x,
+                                                red + parity);
   }
 }
 
@@ -228,8 +513,20 @@ __device__ __forceinline__ void kiln_softmax_bwd_b(T *dx, const T *y, const T *d
  * exp2(t - m) over the thread's participating elements; s == 0 exactly when
  * the thread has none so far (otherwise s >= 1, or NaN once a NaN/+inf was
  * seen), which is what guards the rescale against exp2(-inf - -inf). The
- * block then combines (m, s) into the row's max M and sum S. */
-template <int kUnit, int E, int kThreads, typename T>
+ * block then combines (m, s) into the row's max M and sum S. Chunks of
+ * kThreads * U columns; every thread runs every chunk. */
+template <int kUnit, bool kVec, int kThreads, typename T>
+__device__ __forceinline__ void
+kiln_softmax_g_chunk(float *v, const T *x, const kiln_softmax_row &r, kiln_i64 base, float c) {
+  const int U = KILN_SOFTMAX_G_UNROLL;
+  const unsigned in = kiln_softmax_part<kUnit, kVec, U, kThreads, T>(r, base, threadIdx.x);
+  kiln_softmax_read<kVec, U, kThreads>(v, x + r.off, base, threadIdx.x, r.lim);
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+    v[u] = (in >> u) & 1u ? v[u] * c : kiln_neg_inf();
+}
+
+template <int kUnit, bool kVec, int E, int kThreads, typename T>
 __device__ __forceinline__ void kiln_softmax_fwd_g(T *y, const T *x, const kiln_u8 *mask,
                                                    float scale, kiln_i64 rows, int cols, int sq,
                                                    int heads, int mask_batches) {
@@ -239,13 +536,9 @@ __device__ __forceinline__ void kiln_softmax_fwd_g(T *y, const T *x, const kiln_
   for (kiln_i64 row = blockIdx.x; row < rows; row += gridDim.x) {
     const kiln_softmax_row r = kiln_softmax_row_at<kUnit>(row, cols, mask, sq, heads, mask_batches);
     float m = kiln_neg_inf(), s = 0.f;
-    for (kiln_i64 base = threadIdx.x; base < r.lim; base += kThreads * U) {
+    for (kiln_i64 base = 0; base < r.lim; base += kThreads * U) {
       float v[U];
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const kiln_i64 col = base + u * kThreads;
-        v[u] = col < r.lim ? kiln_softmax_load<kUnit>(x, r, col, c) : kiln_neg_inf();
-      }
+      kiln_softmax_g_chunk<kUnit, kVec, kThreads>(v, x, r, base, c);
       float mn = m;
 #pragma unroll
       for (int u = 0; u < U; ++u)
@@ -260,25 +553,18 @@ __device__ __forceinline__ void kiln_softmax_fwd_g(T *y, const T *x, const kiln_
     const float rm = kiln_block_max<kThreads>(m, red);
     const float rs = kiln_block_sum<kThreads>(s == 0.f ? 0.f : s * kiln_exp2f(m - rm), red + 32);
     const float inv = 1.f / rs; /* rs >= 1 if anything takes part, else unused */
-    for (kiln_i64 base = threadIdx.x; base < cols; base += kThreads * U) {
+    for (kiln_i64 base = 0; base < cols; base += kThreads * U) {
       float v[U];
+      kiln_softmax_g_chunk<kUnit, kVec, kThreads>(v, x, r, base, c);
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const kiln_i64 col = base + u * kThreads;
-        v[u] = col < r.lim ? kiln_softmax_load<kUnit>(x, r, col, c) : kiln_neg_inf();
-      }
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const kiln_i64 col = base + u * kThreads;
-        if (col < cols)
-          kiln_store_f32(y + r.off + col,
-                         v[u] != kiln_neg_inf() ? kiln_exp2f(v[u] - rm) * inv : 0.f);
-      }
+      for (int u = 0; u < U; ++u)
+        v[u] = v[u] != kiln_neg_inf() ? kiln_exp2f(v[u] - rm) * inv : 0.f;
+      kiln_softmax_write<kVec, U, kThreads>(y + r.off, v, base, threadIdx.x, cols);
     }
   }
 }
 
-template <int kUnit, int E, int kThreads, typename T>
+template <int kUnit, bool kVec, int E, int kThreads, typename T>
 __device__ __forceinline__ void kiln_softmax_bwd_g(T *dx, const T *y, const T *dy, float scale,
                                                    kiln_i64 rows, int cols, int sq) {
   const int U = KILN_SOFTMAX_G_UNROLL;
@@ -288,36 +574,47 @@ __device__ __forceinline__ void kiln_softmax_bwd_g(T *dx, const T *y, const T *d
     const kiln_softmax_row r =
         kiln_softmax_row_at<kiln_softmax_bwd_unit<kUnit>::value>(row, cols, 0, sq, 1, 1);
     float s = 0.f;
-    for (kiln_i64 base = threadIdx.x; base < r.lim; base += kThreads * U) {
+    for (kiln_i64 base = 0; base < r.lim; base += kThreads * U) {
       float yv[U], gv[U];
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const kiln_i64 col = base + u * kThreads;
-        yv[u] = col < r.lim ? kiln_load_f32(y + r.off + col) : 0.f;
-        gv[u] = col < r.lim ? kiln_load_f32(dy + r.off + col) : 0.f;
-      }
+      kiln_softmax_read<kVec, U, kThreads>(yv, y + r.off, base, threadIdx.x, r.lim);
+      kiln_softmax_read<kVec, U, kThreads>(gv, dy + r.off, base, threadIdx.x, r.lim);
 #pragma unroll
       for (int u = 0; u < U; ++u)
-        s += yv[u] * gv[u];
+        if (base + kiln_softmax_col<kVec, T, kThreads>(u, threadIdx.x) < r.lim) s += yv[u] * gv[u];
     }
     s = kiln_block_sum<kThreads>(s, red + parity);
-    for (kiln_i64 base = threadIdx.x; base < cols; base += kThreads * U) {
+    for (kiln_i64 base = 0; base < cols; base += kThreads * U) {
       float yv[U], gv[U];
+      kiln_softmax_read<kVec, U, kThreads>(yv, y + r.off, base, threadIdx.x, r.lim);
+      kiln_softmax_read<kVec, U, kThreads>(gv, dy + r.off, base, threadIdx.x, r.lim);
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const kiln_i64 col = base + u * kThreads;
-        yv[u] = col < r.lim ? kiln_load_f32(y + r.off + col) : 0.f;
-        gv[u] = col < r.lim ? kiln_load_f32(dy + r.off + col) : 0.f;
-      }
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const kiln_i64 col = base + u * kThreads;
-        if (col < cols)
-          kiln_store_f32(dx + r.off + col, col < r.lim ? scale * (yv[u] * (gv[u] - s)) : 0.f);
-      }
+      for (int u = 0; u < U; ++u)
+        yv[u] = base + kiln_softmax_col<kVec, T, kThreads>(u, threadIdx.x) < r.lim
+                    ? scale * (yv[u] * (gv[u] - s))
+                    : 0.f;
+      kiln_softmax_write<kVec, U, kThreads>(dx + r.off, yv, base, threadIdx.x, cols);
     }
   }
 }
+
+/* The vector kinds: the same bodies with 16-byte access. */
+#define KILN_SOFTMAX_VEC_KIND_(kind)                                                               \
+  template <int kUnit, bool kVec, int E, int kThreads, typename T>                                 \
+  __device__ __forceinline__ void kiln_softmax_fwd_##kind##v(                                      \
+      T *y, const T *x, const kiln_u8 *mask, float scale, kiln_i64 rows, int cols, int sq,         \
+      int heads, int mask_batches) {                                                               \
+    kiln_softmax_fwd_##kind<kUnit, true, E, kThreads>(y, x, mask, scale, rows, cols, sq, heads,    \
+                                                      mask_batches);                               \
+  }                                                                                                \
+  template <int kUnit, bool kVec, int E, int kThreads, typename T>                                 \
+  __device__ __forceinline__ void kiln_softmax_bwd_##kind##v(                                      \
+      T *dx, const T *y, const T *dy, float scale, kiln_i64 rows, int cols, int sq) {              \
+    kiln_softmax_bwd_##kind<kUnit, true, E, kThreads>(dx, y, dy, scale, rows, cols, sq);           \
+  }
+KILN_SOFTMAX_VEC_KIND_(w)
+KILN_SOFTMAX_VEC_KIND_(b)
+KILN_SOFTMAX_VEC_KIND_(g)
+#undef KILN_SOFTMAX_VEC_KIND_
 
 /* ---- entry points --------------------------------------------------------
  * A unit defines KILN_SOFTMAX_THIS_UNIT (its name, e.g. scaled_softmax) and
@@ -339,20 +636,39 @@ enum { KILN_SOFTMAX_UNITS(KILN_SOFTMAX_UNIT_ID_, ~) kiln_softmax_unit_count };
 #define KILN_SOFTMAX_NAME_(unit, dir, dt, v) kiln_##unit##_##dir##_##dt##_##v
 #define KILN_SOFTMAX_NAME(unit, dir, dt, v) KILN_SOFTMAX_NAME_(unit, dir, dt, v)
 
+/* __launch_bounds__ per kind: the block size, and for the vector kinds a
+ * minimum of resident blocks per SM (docs/kernels/softmax.md).
+ * The vector kinds ask for 32 warps per SM (1024 / threads blocks), which
+ * keeps them within 64 registers per thread: their rows are held two 16-bit
+ * values per register and read in whole vectors. Not the fp32 backward of 32
+ * elements per thread, whose 64 floats of y and dy alone fill 64 registers
+ * (it would spill), nor the scalar kinds, whose element-wise loads of packed
+ * values spill under that bound: they keep the registers they need. */
+#define KILN_SOFTMAX_BOUNDS_w(dt, bwd, elems, threads) __launch_bounds__(threads)
+#define KILN_SOFTMAX_BOUNDS_b(dt, bwd, elems, threads) __launch_bounds__(threads)
+#define KILN_SOFTMAX_BOUNDS_g(dt, bwd, elems, threads) __launch_bounds__(threads)
+#define KILN_SOFTMAX_BOUNDS_V_(dt, bwd, elems, threads)                                            \
+  __launch_bounds__(threads, sizeof(kiln_softmax_ctype_##dt) == 4 && (bwd) && (elems) >= 32        \
+                                 ? 1                                                               \
+                                 : 1024 / (threads))
+#define KILN_SOFTMAX_BOUNDS_wv KILN_SOFTMAX_BOUNDS_V_
+#define KILN_SOFTMAX_BOUNDS_bv KILN_SOFTMAX_BOUNDS_V_
+#define KILN_SOFTMAX_BOUNDS_gv KILN_SOFTMAX_BOUNDS_V_
+
 #define KILN_SOFTMAX_ENTRY_PAIR_(dt, v, kind, elems, threads)                                      \
-  extern "C" __global__ void __launch_bounds__(threads)                                            \
+  extern "C" __global__ void KILN_SOFTMAX_BOUNDS_##kind(dt, 0, elems, threads)                     \
       KILN_SOFTMAX_NAME(KILN_SOFTMAX_THIS_UNIT, fwd, dt, v)(                                       \
           kiln_softmax_ctype_##dt * y, const kiln_softmax_ctype_##dt *x, const kiln_u8 *mask,      \
           float scale, long long rows, int cols, int sq, int heads, int mask_batches) {            \
-    kiln_softmax_fwd_##kind<KILN_SOFTMAX_THIS_KIND, elems, threads>(y, x, mask, scale, rows, cols, \
-                                                                    sq, heads, mask_batches);      \
+    kiln_softmax_fwd_##kind<KILN_SOFTMAX_THIS_KIND, false, elems, threads>(                        \
+        y, x, mask, scale, rows, cols, sq, heads, mask_batches);                                   \
   }                                                                                                \
-  extern "C" __global__ void __launch_bounds__(threads)                                            \
+  extern "C" __global__ void KILN_SOFTMAX_BOUNDS_##kind(dt, 1, elems, threads)                     \
       KILN_SOFTMAX_NAME(KILN_SOFTMAX_THIS_UNIT, bwd, dt, v)(                                       \
           kiln_softmax_ctype_##dt * dx, const kiln_softmax_ctype_##dt *y,                          \
           const kiln_softmax_ctype_##dt *dy, float scale, long long rows, int cols, int sq) {      \
-    kiln_softmax_bwd_##kind<KILN_SOFTMAX_THIS_KIND, elems, threads>(dx, y, dy, scale, rows, cols,  \
-                                                                    sq);                           \
+    kiln_softmax_bwd_##kind<KILN_SOFTMAX_THIS_KIND, false, elems, threads>(dx, y, dy, scale, rows, \
+                                                                           cols, sq);              \
   }
 
 #define KILN_SOFTMAX_ENTRY_DTYPE_(a, dt, ctype) KILN_SOFTMAX_VARIANTS(KILN_SOFTMAX_ENTRY_PAIR_, dt)

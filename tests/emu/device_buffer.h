@@ -32,11 +32,13 @@ inline size_t elem_size(int dtype) {
 struct buffer {
   int dtype;
   size_t n;
+  size_t shift; /* elements of guard added before element 0: a misaligned tensor */
   std::vector<unsigned char> raw;
 
-  buffer(int dt, size_t count)
-      : dtype(dt), n(count), raw((count + 2 * kGuardElems) * elem_size(dt), kGuardByte) {
-    ASAN_POISON_MEMORY_REGION(raw.data(), guard_bytes());
+  buffer(int dt, size_t count, size_t shift_elems = 0)
+      : dtype(dt), n(count), shift(shift_elems),
+        raw((count + shift_elems + 2 * kGuardElems) * elem_size(dt), kGuardByte) {
+    ASAN_POISON_MEMORY_REGION(raw.data(), front_bytes());
     ASAN_POISON_MEMORY_REGION(raw.data() + raw.size() - guard_bytes(), guard_bytes());
   }
   ~buffer() {
@@ -48,11 +50,14 @@ struct buffer {
   size_t guard_bytes() const {
     return kGuardElems * elem_size(dtype);
   }
+  size_t front_bytes() const { /* the guard before element 0 */
+    return guard_bytes() + shift * elem_size(dtype);
+  }
   void *data() {
-    return raw.data() + guard_bytes();
+    return raw.data() + front_bytes();
   }
   unsigned char *at(size_t i) {
-    return raw.data() + guard_bytes() + i * elem_size(dtype);
+    return raw.data() + front_bytes() + i * elem_size(dtype);
   }
 
   float get(size_t i) {
@@ -88,13 +93,15 @@ struct buffer {
     return out;
   }
   bool guards_intact() {
-    const size_t g = guard_bytes();
-    ASAN_UNPOISON_MEMORY_REGION(raw.data(), g);
+    const size_t g = guard_bytes(), f = front_bytes();
+    ASAN_UNPOISON_MEMORY_REGION(raw.data(), f);
     ASAN_UNPOISON_MEMORY_REGION(raw.data() + raw.size() - g, g);
     bool ok = true;
+    for (size_t i = 0; i < f; ++i)
+      ok = ok && raw[i] == kGuardByte;
     for (size_t i = 0; i < g; ++i)
-      ok = ok && raw[i] == kGuardByte && raw[raw.size() - 1 - i] == kGuardByte;
-    ASAN_POISON_MEMORY_REGION(raw.data(), g);
+      ok = ok && raw[raw.size() - 1 - i] == kGuardByte;
+    ASAN_POISON_MEMORY_REGION(raw.data(), f);
     ASAN_POISON_MEMORY_REGION(raw.data() + raw.size() - g, g);
     return ok;
   }

@@ -22,9 +22,12 @@
   extern "C" void kiln_embedding_bwd_##dt##_atomic(                                                \
       float *dweight, const ctype *dy, const kiln_i64 *ids, kiln_i64 n_tokens, int hidden,         \
       kiln_i64 vocab_start, kiln_i64 vocab_end);                                                   \
-  extern "C" void kiln_embedding_bwd_##dt##_sorted(float *dweight, const ctype *dy,                \
-                                                   const kiln_i64 *keys, const kiln_i64 *pos,      \
-                                                   kiln_i64 n_tokens, int hidden, kiln_i64 rows);
+  extern "C" void kiln_embedding_bwd_##dt##_sorted(                                                \
+      float *dweight, const ctype *dy, const kiln_i64 *keys, const kiln_i64 *pos,                  \
+      const float *slots, kiln_i64 n_tokens, int hidden, kiln_i64 rows, int piece);                \
+  extern "C" void kiln_embedding_bwd_##dt##_pieces(                                                \
+      float *slots, const ctype *dy, const kiln_i64 *keys, const kiln_i64 *pos, kiln_i64 n_tokens, \
+      int hidden, kiln_i64 rows, int piece);
 KILN_EMU_EMBEDDING_DT_(f32, float)
 KILN_EMU_EMBEDDING_DT_(f16, kiln_f16)
 KILN_EMU_EMBEDDING_DT_(bf16, kiln_bf16)

@@ -23,6 +23,7 @@ struct test_case {
   int inplace_bwd;  /* 0: dx separate, 1: dx == dy, 2: dx == y */
   bool special;     /* NaN, inf, -inf rows, huge and tiny values */
   bool random_y;    /* backward y uniform in [0, 1) rather than a softmax */
+  int shift = 0;    /* x, y, dy, dx start this many elements past a 16-byte boundary */
   uint64_t seed;
 };
 

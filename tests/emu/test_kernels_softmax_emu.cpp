@@ -36,6 +36,10 @@
 
 #include "softmax/softmax_core.cuh" /* kiln_divmod64, kiln_softmax_row_at */
 
+extern "C" {
+#include "softmax_launch.h" /* kiln_softmax_pick_launch: the loader's choice */
+}
+
 using namespace kiln_emu;
 
 namespace {
@@ -45,6 +49,7 @@ namespace {
 struct variant_info {
   const char *name;
   char kind; /* w, b, g */
+  bool vec;  /* wv, bv, gv: 16-byte access, cols a multiple of 16 / sizeof(T) */
   int elems, threads;
   int width() const {
     return kind == 'w' ? 32 : threads;
@@ -57,10 +62,30 @@ struct variant_info {
   }
 };
 
-#define KILN_EMU_VARIANT_(a, v, kind, elems, threads) {#v, #kind[0], elems, threads},
+#define KILN_EMU_VARIANT_(a, v, kind, elems, threads)                                              \
+  {#v, #kind[0], #kind[1] == 'v', elems, threads},
 const variant_info kVariants[] = {KILN_SOFTMAX_VARIANTS(KILN_EMU_VARIANT_, ~)};
 #undef KILN_EMU_VARIANT_
 const int kVariantCount = sizeof kVariants / sizeof *kVariants;
+
+/* The columns a variant's rows come in: 1, or one 16-byte vector of the
+ * dtype for the vector kinds (their launch contract: cols % step == 0). */
+int col_step(const variant_info &v, int dtype) {
+  return v.vec ? (dtype == kF32 ? 4 : 8) : 1;
+}
+
+/* The smallest cols the picker sends to a g kind: one step past the
+ * capacity of the variant listed before it (b32, v16k). */
+int g_first_cols(int variant, int dtype) {
+  return kVariants[variant - 1].capacity() + col_step(kVariants[variant], dtype);
+}
+
+/* cols rounded up to the variant's step, at most its capacity. */
+int to_step(int cols, const variant_info &v, int dtype) {
+  const int step = col_step(v, dtype);
+  cols = (cols + step - 1) / step * step;
+  return v.capacity() && cols > v.capacity() ? v.capacity() : cols;
+}
 
 /* Every entry point behind one signature per direction, T * as void *. */
 typedef void (*fwd_thunk)(void *y, const void *x, const unsigned char *mask, float scale,
@@ -173,11 +198,11 @@ std::string describe(const test_case &c, const std::vector<entry> &entries) {
   char buf[400];
   snprintf(buf, sizeof buf,
            "kiln_%s_{fwd,bwd}_%s_%s: b %d heads %d sq %d cols %d mask_batches %d scale %g "
-           "grid %u block %d inplace_fwd %d inplace_bwd %d special %d random_y %d "
+           "grid %u block %d inplace_fwd %d inplace_bwd %d special %d random_y %d shift %d "
            "case-seed %llu",
            e.row->unit, e.row->dtype, e.row->variant, c.b, c.heads, c.sq, c.cols, c.mask_batches,
            (double)c.scale, c.grid, kVariants[e.variant].threads, c.inplace_fwd, c.inplace_bwd,
-           c.special, c.random_y, (unsigned long long)c.seed);
+           c.special, c.random_y, c.shift, (unsigned long long)c.seed);
   return buf;
 }
 
@@ -249,7 +274,8 @@ bool run_launch(const test_case &c, const entry &e, uint64_t salt, const std::fu
   return false;
 }
 
-unsigned coverage_of(const test_case &c, const row_geometry &g, const variant_info &v) {
+unsigned coverage_of(const test_case &c, const row_geometry &g, const entry &e) {
+  const variant_info &v = kVariants[e.variant];
   unsigned cov = 0;
   const long long slots = (long long)c.grid * v.rows_per_block();
   if (slots < g.rows) cov |= kCovGridStride;
@@ -258,8 +284,8 @@ unsigned coverage_of(const test_case &c, const row_geometry &g, const variant_in
   if (c.inplace_bwd == 1) cov |= kCovInplaceDxDy;
   if (c.inplace_bwd == 2) cov |= kCovInplaceDxY;
   if (c.special) cov |= kCovSpecial;
-  if (c.cols == 1) cov |= kCovColsOne;
-  if (c.cols == (v.kind == 'g' ? kVariants[kVariantCount - 2].capacity() + 1 : v.capacity()))
+  if (c.cols == col_step(v, e.dtype)) cov |= kCovColsOne;
+  if (c.cols == (v.kind == 'g' ? g_first_cols(e.variant, e.dtype) : v.capacity()))
     cov |= kCovColsCap;
   if (g.unit == kUnitMasked && c.mask_batches == 1 && c.b > 1) cov |= kCovMaskBroadcast;
   if (g.unit == kUnitMasked && c.mask_batches == c.b && c.b > 1) cov |= kCovMaskPerBatch;
@@ -288,7 +314,8 @@ unsigned run_case(const test_case &c, const std::vector<entry> &entries, stats *
   ++st->cases;
 
   /* Forward. Arguments a unit ignores get values that would fault if used. */
-  buffer x(e.dtype, n), y(e.dtype, n);
+  const size_t sh = (size_t)c.shift;
+  buffer x(e.dtype, n, sh), y(e.dtype, n, sh);
   buffer mask(kMaskBytes, e.unit == kUnitMasked ? (size_t)c.mask_batches * c.sq * c.cols : 0);
   fill_forward_inputs(&x, &mask, c, g, rng);
   std::vector<expected> fref;
@@ -314,7 +341,7 @@ unsigned run_case(const test_case &c, const std::vector<entry> &entries, stats *
     rep.add("forward changed an input");
 
   /* Backward. */
-  buffer yb(e.dtype, n), dy(e.dtype, n), dx(e.dtype, n);
+  buffer yb(e.dtype, n, sh), dy(e.dtype, n, sh), dx(e.dtype, n, sh);
   fill_backward_inputs(&yb, &dy, fref, c, g, rng);
   std::vector<expected> bref;
   reference_backward(&bref, g, e.dtype, yb.values(), dy.values(), c.scale);
@@ -333,7 +360,7 @@ unsigned run_case(const test_case &c, const std::vector<entry> &entries, stats *
       (c.inplace_bwd != 1 && dy.bytes() != dy_before))
     rep.add("backward changed an input");
 
-  if (rep.problems == 0) return coverage_of(c, g, v);
+  if (rep.problems == 0) return coverage_of(c, g, e);
   ++st->failures;
   return 0;
 }
@@ -342,8 +369,10 @@ unsigned run_case(const test_case &c, const std::vector<entry> &entries, stats *
 
 /* Column counts at the edges of a variant's range: 1, the smallest it is
  * picked for (one more than the previous variant's capacity), lane/thread
- * boundaries, its capacity; plus two anywhere in range. */
-std::vector<int> edge_columns(const variant_info &v, std::mt19937_64 &rng) {
+ * boundaries, its capacity; plus two anywhere in range. Vector kinds: each
+ * rounded up to a whole number of vectors. */
+std::vector<int> edge_columns(const entry &e, std::mt19937_64 &rng) {
+  const variant_info &v = kVariants[e.variant];
   std::vector<int> cols;
   const int cap = v.capacity();
   if (v.kind == 'w')
@@ -351,10 +380,12 @@ std::vector<int> edge_columns(const variant_info &v, std::mt19937_64 &rng) {
   else if (v.kind == 'b')
     cols = {1, 33, v.threads + 1, cap / 2 + 1, cap - 1, cap};
   else /* g: chunk edges (threads x 8 unrolled) and the smallest the picker sends here */
-    cols = {1, 37, 4096, 4097, 8193, kVariants[kVariantCount - 2].capacity() + 1};
+    cols = {1, 37, 4096, 4097, 8193, g_first_cols(e.variant, e.dtype)};
   const int hi = cap ? cap : 20000;
   for (int i = 0; i < 2; ++i)
     cols.push_back(1 + (int)(rng() % (unsigned)hi));
+  for (int &c : cols)
+    c = to_step(c, v, e.dtype);
   return cols;
 }
 
@@ -402,8 +433,8 @@ test_case random_case(const std::vector<entry> &entries, const std::vector<int> 
   const int idx = pool[rng() % pool.size()];
   const variant_info &v = kVariants[entries[idx].variant];
   const int hi = v.capacity() ? v.capacity() : 40000;
-  test_case c =
-      scenario(idx, entries[idx], (int)(rng() % 4), 1 + (int)(rng() % (unsigned)hi), seed);
+  test_case c = scenario(idx, entries[idx], (int)(rng() % 4),
+                         to_step(1 + (int)(rng() % (unsigned)hi), v, entries[idx].dtype), seed);
   c.b = 1 + (int)(rng() % 3), c.heads = 1 + (int)(rng() % 3), c.sq = 1 + (int)(rng() % 6);
   c.mask_batches = rng() % 2 ? 1 : c.b;
   c.scale = (rng() % 2 ? 1.f : -1.f) * std::uniform_real_distribution<float>(0.05f, 4.f)(rng);
@@ -451,6 +482,49 @@ long check_row_indexing_beyond_32_bits(uint64_t seed) {
   return bad;
 }
 
+/* The path the launcher picks, run on the tensors it was picked for: rows
+ * of whole 16-byte vectors in aligned tensors take a vector variant, and
+ * must be right to the last vector of every row (and a causal limit inside
+ * a vector); the same shapes one element off a 16-byte boundary, and rows
+ * that are not whole vectors, take the scalar variant and must be right
+ * there. A pick of the wrong kind is a failure of its own. Returns the
+ * number of wrong picks (a wrong result counts in st). */
+long run_picked_paths(const std::vector<entry> &entries, uint64_t seed, stats *st) {
+  static const int kCols[] = {8, 136, 1000, 1004, 2056, 4092, 8200, 16384, 16392};
+  long failures = 0;
+  for (int unit : {kUnitPlain, kUnitMasked, kUnitCausal})
+    for (int dt = 0; dt < kDtypeCount; ++dt)
+      for (int cols : kCols)
+        for (int shift = 0; shift < 2; ++shift) {
+          const unsigned es = (unsigned)elem_size(dt);
+          const bool want_vec = shift == 0 && cols % (int)(16 / es) == 0;
+          kiln_softmax_launch p;
+          if (kiln_softmax_pick_launch(&p, 4, cols, es, shift == 0) != 0) {
+            fprintf(stderr, "FAIL pick for %d columns: refused\n", cols);
+            ++failures;
+            continue;
+          }
+          int idx = -1;
+          for (size_t i = 0; i < entries.size(); ++i)
+            if (entries[i].unit == unit && entries[i].dtype == dt &&
+                !strcmp(entries[i].row->variant, p.variant))
+              idx = (int)i;
+          if (idx < 0 || kVariants[entries[idx].variant].vec != want_vec) {
+            fprintf(stderr, "FAIL pick for %d columns of %u bytes, shift %d: %s (%s)\n", cols, es,
+                    shift, p.variant, idx < 0 ? "no such entry" : "wrong kind");
+            ++failures;
+            continue;
+          }
+          const uint64_t cs = mix(seed, (uint64_t)(unit * 1000003 + dt * 1009 + cols * 2 + shift));
+          test_case c = scenario(idx, entries[idx], (int)(cs % 4), cols, cs);
+          c.shift = shift;
+          c.inplace_fwd = false, c.inplace_bwd = 0; /* the launcher's pointers, as picked */
+          if (unit == kUnitCausal) c.b = 1, c.heads = 1, c.sq = 7; /* limits cut vectors */
+          run_case(c, entries, st); /* counts its own failure in st */
+        }
+  return failures;
+}
+
 bool env_u64(const char *name, uint64_t *out) {
   const char *s = getenv(name);
   if (!s || !*s) return true;
@@ -490,12 +564,13 @@ int main() {
     pool.push_back((int)i);
     /* Seeds per entry, so that KILN_EMU_ONLY re-runs exactly the same cases. */
     std::mt19937_64 plan_rng(mix(seed, i));
-    const std::vector<int> cols = edge_columns(kVariants[e.variant], plan_rng);
+    const std::vector<int> cols = edge_columns(e, plan_rng);
     for (size_t k = 0; k < cols.size(); ++k) {
       const test_case c = scenario((int)i, e, (int)(k % 4), cols[k], mix(seed, i * 64 + k));
       covered[i] |= run_case(c, entries, &st);
     }
   }
+  if (!only) st.failures += run_picked_paths(entries, seed, &st);
   if (const long wrong = check_row_indexing_beyond_32_bits(seed)) {
     fprintf(stderr, "FAIL row placement beyond 32 bits: %ld wrong\n", wrong);
     ++st.failures;

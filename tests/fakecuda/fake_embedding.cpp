@@ -3,11 +3,12 @@
  * kernel source tests/emu's prelude compiles, with its launch contract:
  *   - blockDim.x is 256 (32 for err, 1024 for scan);
  *   - n_tokens >= 0, hidden >= 1, 0 <= vocab_start < vocab_end <= vocab_size
- *     where read; shift in [0, 64) and a multiple of 8;
+ *     where read; shift in [0, 64) and a multiple of 8; piece >= 1;
  *   - buffers: y, dy [n_tokens, hidden] of dt; weight, dweight [vocab_end -
  *     vocab_start, hidden] (dweight fp32); ids, keys, pos [n_tokens] int64;
- *     hist [256 * ceil(n_tokens / 2048)] int64 (scan: [count]); the error
- *     block 64 bytes. Nothing may partially overlap. */
+ *     hist [256 * ceil(n_tokens / 2048)] int64 (scan: [count]); slots
+ *     [(n_tokens - 1) / piece, hidden] fp32 (written by pieces, read by
+ *     sorted); the error block 64 bytes. Nothing may partially overlap. */
 #include <limits.h> /* LLONG_MAX */
 #include <stdio.h>  /* snprintf */
 
@@ -19,7 +20,7 @@
 namespace kiln_fake {
 namespace {
 
-enum kind { kFwd, kErr, kBwdAtomic, kBwdSorted, kKeys, kHist, kScan, kScatter };
+enum kind { kFwd, kErr, kBwdAtomic, kBwdSorted, kBwdPieces, kKeys, kHist, kScan, kScatter };
 
 struct emb_info {
   int kind;
@@ -102,20 +103,26 @@ bool plan(const entry &e, void *const *p, launch_plan *out, std::string *why) {
     out->out = 0;
     break;
   }
-  case kBwdSorted: {
-    const long long n = param<long long>(p, 4), rows = param<long long>(p, 6);
-    const int hidden = param<int>(p, 5);
+  case kBwdSorted:
+  case kBwdPieces: {
+    const bool sorted = s.kind == kBwdSorted; /* sorted: dweight, dy, keys, pos, slots, ... */
+    const int o = sorted ? 1 : 0;             /* pieces: slots, dy, keys, pos, ... */
+    const long long n = param<long long>(p, 4 + o), rows = param<long long>(p, 6 + o);
+    const int hidden = param<int>(p, 5 + o), piece = param<int>(p, 7 + o);
+    unsigned long long sl = 0;
     if (n < 0) return fail(why, "n_tokens %lld < 0", n);
     if (hidden < 1) return fail(why, "hidden %lld < 1", hidden);
     if (rows < 1) return fail(why, "rows %lld < 1", rows);
+    if (piece < 1) return fail(why, "piece %lld < 1", piece);
     if (!bytes_of(rows, hidden, 4, &a) || !bytes_of(n, hidden, s.elem_bytes, &b) ||
-        !bytes_of(n, 8, 1, &c))
+        !bytes_of(n, 8, 1, &c) || !bytes_of(n > 0 ? (n - 1) / piece : 0, hidden, 4, &sl))
       return fail(why, "n_tokens %lld x hidden %lld overflows", n, hidden);
-    add("dweight", 0, a, 4, true);
+    if (sorted) add("dweight", 0, a, 4, true);
     add("dy", 1, b, s.elem_bytes, false);
     add("keys", 2, c, 8, false);
     add("pos", 3, c, 8, false);
-    out->out = 0;
+    add("slots", sorted ? 4 : 0, sl, 4, !sorted);
+    out->out = sorted ? 0 : 3; /* dweight, or the slots */
     break;
   }
   case kKeys: {
@@ -179,11 +186,19 @@ void run_bwd_atomic(void *const *p) {
   F(param<float *>(p, 0), param<const T *>(p, 1), param<const kiln_i64 *>(p, 2),
     param<kiln_i64>(p, 3), param<int>(p, 4), param<kiln_i64>(p, 5), param<kiln_i64>(p, 6));
 }
-template <class T, void (*F)(float *, const T *, const kiln_i64 *, const kiln_i64 *, kiln_i64, int,
-                             kiln_i64)>
+template <class T, void (*F)(float *, const T *, const kiln_i64 *, const kiln_i64 *, const float *,
+                             kiln_i64, int, kiln_i64, int)>
 void run_bwd_sorted(void *const *p) {
   F(param<float *>(p, 0), param<const T *>(p, 1), param<const kiln_i64 *>(p, 2),
-    param<const kiln_i64 *>(p, 3), param<kiln_i64>(p, 4), param<int>(p, 5), param<kiln_i64>(p, 6));
+    param<const kiln_i64 *>(p, 3), param<const float *>(p, 4), param<kiln_i64>(p, 5),
+    param<int>(p, 6), param<kiln_i64>(p, 7), param<int>(p, 8));
+}
+template <class T, void (*F)(float *, const T *, const kiln_i64 *, const kiln_i64 *, kiln_i64, int,
+                             kiln_i64, int)>
+void run_bwd_pieces(void *const *p) {
+  F(param<float *>(p, 0), param<const T *>(p, 1), param<const kiln_i64 *>(p, 2),
+    param<const kiln_i64 *>(p, 3), param<kiln_i64>(p, 4), param<int>(p, 5), param<kiln_i64>(p, 6),
+    param<int>(p, 7));
 }
 void run_err(void *const *p) {
   kiln_embedding_err_i64_g(param<kiln_op_error *>(p, 0), param<const kiln_i64 *>(p, 1),
@@ -218,7 +233,10 @@ template <int K, int D, unsigned B> const emb_info kInfo = {K, D, B};
        &kInfo<kBwdAtomic, D, sizeof(ctype)>},                                                      \
       {"kiln_embedding_bwd_" #dt "_sorted", 256, plan,                                             \
        run_bwd_sorted<ctype, kiln_embedding_bwd_##dt##_sorted>,                                    \
-       &kInfo<kBwdSorted, D, sizeof(ctype)>},
+       &kInfo<kBwdSorted, D, sizeof(ctype)>},                                                      \
+      {"kiln_embedding_bwd_" #dt "_pieces", 256, plan,                                             \
+       run_bwd_pieces<ctype, kiln_embedding_bwd_##dt##_pieces>,                                    \
+       &kInfo<kBwdPieces, D, sizeof(ctype)>},
 const entry kEntries[] = {
     KILN_FAKE_EMB_DT_(f32, float, kF32) KILN_FAKE_EMB_DT_(f16, kiln_f16, kF16)
         KILN_FAKE_EMB_DT_(bf16, kiln_bf16, kBf16){"kiln_embedding_err_i64_g", 32, plan, run_err,

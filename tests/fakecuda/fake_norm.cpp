@@ -1,7 +1,8 @@
 /* fake_norm.cpp — the norm family: every entry point of
  * kernels/norm/layer_norm.def and rms_norm.def (docs/kernels/norm.md), from
  * the kernel sources tests/emu compiles, with its launch contract:
- *   - blockDim.x is KILN_NORM_THREADS (256) for every entry;
+ *   - blockDim.x is KILN_NORM_THREADS (256) for every entry but the r
+ *     backward's, KILN_NORM_BWD_R_THREADS (512);
  *   - fwd: rows >= 0, cols >= 1, eps >= 0; the r path also needs
  *     cols % KILN_VEC(dt) == 0, cols <= its capacity and y, x, gamma (and
  *     beta) 16-byte aligned; x, y hold rows*cols elements (y may be x),
@@ -23,8 +24,9 @@
 namespace kiln_fake {
 namespace {
 
-constexpr unsigned kThreads = 256; /* KILN_NORM_THREADS */
-constexpr long long kRegVecs = 4;  /* KILN_NORM_R_VECS */
+constexpr unsigned kThreads = 256;     /* KILN_NORM_THREADS */
+constexpr unsigned kBwdRThreads = 512; /* KILN_NORM_BWD_R_THREADS */
+constexpr long long kRegVecs = 4;      /* KILN_NORM_R_VECS */
 
 enum { kFwd, kBwd, kBwdw };
 
@@ -162,7 +164,7 @@ void run_bwdw(void *const *p) {
    &kInfo<KILN_FAKE_LN_##unit, kFwd, KILN_FAKE_REG_##v, KILN_EMU_NORM_CT_##dt,                     \
           KILN_EMU_NORM_W_##v>},
 #define KILN_FAKE_NORM_bwd(unit, dt, v)                                                            \
-  {"kiln_" #unit "_bwd_" #dt "_" #v, kThreads, plan,                                               \
+  {"kiln_" #unit "_bwd_" #dt "_" #v, KILN_FAKE_REG_##v ? kBwdRThreads : kThreads, plan,            \
    run_bwd<KILN_EMU_NORM_CT_##dt, KILN_EMU_NORM_W_##v, kiln_##unit##_bwd_##dt##_##v>,              \
    &kInfo<KILN_FAKE_LN_##unit, kBwd, KILN_FAKE_REG_##v, KILN_EMU_NORM_CT_##dt,                     \
           KILN_EMU_NORM_W_##v>},

@@ -4,6 +4,9 @@
  *   - blockDim.x is the variant's thread count (the table's `threads`);
  *   - rows >= 0, 1 <= cols <= the variant's capacity (w: 32*elems,
  *     b: threads*elems, g: any);
+ *   - the vector kinds (wv, bv, gv: 16-byte access): cols a multiple of
+ *     16 / sizeof(element) and every tensor, the mask included, 16-byte
+ *     aligned;
  *   - masked unit: sq, heads, mask_batches >= 1, rows = b*heads*sq and
  *     mask_batches 1 or b; the mask is [mask_batches, sq, cols] bytes;
  *   - causal unit: sq >= 1 and rows = attn_batches*sq;
@@ -46,10 +49,12 @@ template <int K> constexpr int checked_unit() {
 struct variant {
   const char *name;
   char kind; /* w, b, g */
+  bool vec;  /* wv, bv, gv */
   int elems;
   unsigned threads;
 };
-#define KILN_FAKE_VARIANT_(a, v, kind, elems, threads) {#v, #kind[0], elems, threads},
+#define KILN_FAKE_VARIANT_(a, v, kind, elems, threads)                                             \
+  {#v, #kind[0], #kind[1] == 'v', elems, threads},
 constexpr variant kVariants[] = {KILN_SOFTMAX_VARIANTS(KILN_FAKE_VARIANT_, ~)};
 #undef KILN_FAKE_VARIANT_
 
@@ -100,6 +105,11 @@ bool plan(const entry &e, void *const *p, launch_plan *out, std::string *why) {
   if (cap && cols > cap)
     return fail(why, "cols %lld is past this variant's capacity %lld (a wrong variant pick)", cols,
                 cap);
+  if (v.vec && cols % (16 / (int)s.elem_bytes) != 0)
+    return fail(why,
+                "cols %lld is not a whole number of 16-byte vectors of %lld-byte elements (a "
+                "wrong variant pick)",
+                cols, s.elem_bytes);
   if (rows > LLONG_MAX / cols / (long long)s.elem_bytes)
     return fail(why, "rows %lld x cols %lld overflows", rows, cols);
   const unsigned long long bytes = (unsigned long long)(rows * cols) * s.elem_bytes;
@@ -122,7 +132,7 @@ bool plan(const entry &e, void *const *p, launch_plan *out, std::string *why) {
   auto add = [&](const char *name, int i, unsigned long long n, unsigned align, bool written,
                  bool in_place_ok) {
     out->buf[out->nbuf++] =
-        buffer_use{name, param<uintptr_t>(p, i), n, align, written, in_place_ok};
+        buffer_use{name, param<uintptr_t>(p, i), n, v.vec ? 16u : align, written, in_place_ok};
   };
   if (s.fwd) {
     add("y", 0, bytes, s.elem_bytes, true, true);

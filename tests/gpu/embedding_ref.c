@@ -66,21 +66,59 @@ void ref_bwd(double *dw, double *tol, const float *dw0, kiln_dtype dt, const voi
   free(abs_sum);
 }
 
+/* The rows of a piece (loader/ops_embedding.c emb_piece). */
+static long long ref_piece(int hidden) {
+  const long long p = ((long long)hidden * 4 + 127) / 128;
+  return p > 64 ? p : 64;
+}
+
 void ref_bwd_sorted_f32(float *dw, const float *dw0, kiln_dtype dt, const void *dy,
                         const int64_t *ids, long long n, int hidden, long long vs, long long ve) {
-  const long long rows = ve - vs;
-  float *acc = calloc((size_t)(rows * hidden), sizeof *acc);
-  for (long long t = 0; t < n; t++) {
-    if (ids[t] < vs || ids[t] >= ve) continue;
-    const long long r = ids[t] - vs;
+  const long long rows = ve - vs, piece = ref_piece(hidden);
+  long long *start = calloc((size_t)rows + 1, sizeof *start), *order = malloc((size_t)n * 8);
+  float *total = malloc((size_t)hidden * 4), *part = malloc((size_t)hidden * 4);
+  /* the sorted order: the partition's tokens by row, then position (a counting sort) */
+  for (long long t = 0; t < n; t++)
+    if (ids[t] >= vs && ids[t] < ve) start[ids[t] - vs + 1]++;
+  for (long long r = 0; r < rows; r++)
+    start[r + 1] += start[r];
+  for (long long t = 0; t < n; t++)
+    if (ids[t] >= vs && ids[t] < ve) order[start[ids[t] - vs]++] = t;
+  for (long long r = rows; r > 0; r--) /* back to each row's first sorted index */
+    start[r] = start[r - 1];
+  start[0] = 0;
+  /* a row's segment [start[r], start[r + 1]) is cut at the multiples of piece:
+   * the head's sum is the running total; each tail is summed from 0, then
+   * added to it; the total is added to dweight last */
+  for (long long r = 0; r < rows; r++) {
+    int in_head = 1;
+    memset(total, 0, (size_t)hidden * 4);
+    for (long long i = start[r]; i < start[r + 1]; i++) {
+      if (i > start[r] && i % piece == 0) { /* a tail piece starts */
+        for (int c = 0; c < hidden && !in_head; c++) {
+          volatile float s = total[c] + part[c];
+          total[c] = s;
+        }
+        in_head = 0;
+        memset(part, 0, (size_t)hidden * 4);
+      }
+      for (int c = 0; c < hidden; c++) {
+        float *acc = in_head ? &total[c] : &part[c];
+        volatile float s = *acc + (float)gt_get(dt, dy, (size_t)(order[i] * hidden + c));
+        *acc = s;
+      }
+    }
+    for (int c = 0; c < hidden && !in_head; c++) { /* the last tail */
+      volatile float s = total[c] + part[c];
+      total[c] = s;
+    }
     for (int c = 0; c < hidden; c++) {
-      volatile float s = acc[r * hidden + c] + (float)gt_get(dt, dy, (size_t)(t * hidden + c));
-      acc[r * hidden + c] = s;
+      volatile float s = dw0[r * hidden + c] + total[c];
+      dw[r * hidden + c] = s;
     }
   }
-  for (long long i = 0; i < rows * hidden; i++) {
-    volatile float s = dw0[i] + acc[i];
-    dw[i] = s;
-  }
-  free(acc);
+  free(start);
+  free(order);
+  free(total);
+  free(part);
 }

@@ -7,7 +7,9 @@
  * backward has a float64 reference with a per-element bound on fp32 sum
  * rounding (ref_bwd_tol), and, for the deterministic path, an fp32 emulation
  * of its exact order of operations (each row's tokens summed in position
- * order from 0, then added to dweight), which it must match bit for bit. */
+ * order from 0 within each piece of the sorted order, the pieces' sums added
+ * in order, then added to dweight: docs/kernels/embedding.md), which it must
+ * match bit for bit. */
 #ifndef KILN_TESTS_GPU_EMBEDDING_REF_H
 #define KILN_TESTS_GPU_EMBEDDING_REF_H
 
