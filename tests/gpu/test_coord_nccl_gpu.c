@@ -8,8 +8,10 @@
  *   3. the round trip of a 4 KiB frame (broadcast), median of 200 after 20
  *      warm-up calls: "nccl frame round trip: X us (median of 200)";
  *   4. the coordination protocol over it: kiln_loader_warmup(l, comm) of
- *      scaled_softmax into an empty cache builds and loads it (one compile),
- *      and a second warmup is one collective.
+ *      scaled_softmax into an empty cache (no KILN_CACHE_PATH layer either)
+ *      builds and loads it (one compile), and a second warmup is one
+ *      collective; skipped with a note when there is no NVRTC to build with
+ *      (a bundle's run: docs/gpu.md).
  * Exits 77 (skipped) with a one-line reason when there is no CUDA device or
  * no libnccl (KILN_NCCL_LIBRARY names one), 1 on any failure.
  *
@@ -27,6 +29,7 @@
 
 #include "kiln/comm.h"         /* kiln_comm_nccl */
 #include "kiln/loader.h"       /* kiln_device_count */
+#include "kiln/target.h"       /* kiln_nvrtc_version */
 #include "loader/coord_nccl.h" /* KILN_NCCL_STAGING_BYTES */
 #include "tests/gpu/device.h"  /* dev_open: device 0's primary context current */
 
@@ -133,11 +136,18 @@ static void warmup_over_nccl(kiln_comm *c) {
   kiln_cache_options co = KILN_CACHE_OPTIONS_INIT;
   kiln_loader *l = NULL;
   kiln_coord_report rep;
+  int ma, mi;
+  if (kiln_nvrtc_version(&ma, &mi) != KILN_OK) {
+    printf("note: warmup over NCCL skipped: its cold step builds, and there is no NVRTC (%s)\n",
+           kiln_last_error());
+    return;
+  }
   if (!mkdtemp(dir)) {
     check(0, "mkdtemp");
     return;
   }
   co.dir = dir;
+  co.ro_path = ""; /* cold means cold: no layer from KILN_CACHE_PATH */
   o.device = KILN_LOADER_CURRENT_CONTEXT;
   o.cache = &co;
   o.kernels = "scaled_softmax";

@@ -17,6 +17,9 @@
 #   index_query DIR SQL      rows of DIR/index.sqlite, tab-separated (private copies only)
 #   fixture NAME, copy_cache SRC DST, new_cache DIR, cache_state DIR, tree_sum DIR,
 #   tmp_files DIR, blob_path DIR DIGEST
+#   masked CMD...            CMD in a mount namespace with the paths in HIDE hidden (default:
+#                            the CUDA toolkit) and the variables in HIDE_ENV unset;
+#                            require_masking skips where that cannot be done
 # Failures are counted rather than fatal, so one run shows every broken check;
 # the test exits 1 at the end if any was recorded.
 set -euo pipefail
@@ -185,4 +188,36 @@ wait_for() {
     ((SECONDS < deadline)) || { fail "timed out after ${limit}s waiting for $what"; return 1; }
     sleep 0.1
   done
+}
+
+# ---- hiding paths: a mount namespace -----------------------------------------------
+# masked CMD...: runs CMD (bounded: $MASK_TIMEOUT s, default 900) in a mount
+# namespace (unshare -m) where every path in HIDE is hidden: a directory under
+# an empty tmpfs, a file under /dev/null (a symbolic link: what it points to),
+# with the variables named in HIDE_ENV unset and no PATH entry that names
+# cuda. HIDE is every /usr/local/cuda* (the CUDA toolkit) and HIDE_ENV is
+# CUDA_HOME and CUDA_PATH unless a test adds to them (HIDE+=(...)) before the
+# call. require_masking skips (77) where that cannot be done.
+HIDE=(/usr/local/cuda*)
+HIDE_ENV=(CUDA_HOME CUDA_PATH)
+require_masking() {
+  [[ $(id -u) == 0 ]] || skip "needs root for unshare -m and mount"
+  unshare -m true 2>/dev/null || skip "unshare -m is not permitted here"
+}
+masked() {
+  timeout -k 10 "${MASK_TIMEOUT:-900}" unshare -m bash -c '
+    set -e
+    n=$1 m=$2
+    shift 2
+    for p in "${@:1:n}"; do
+      [[ -e $p ]] || continue
+      p=$(realpath -e "$p")
+      if [[ -d $p ]]; then mount -t tmpfs -o size=1m,mode=755 kiln-hidden "$p"
+      else mount --bind /dev/null "$p"; fi
+    done
+    for v in "${@:n+1:m}"; do unset "$v"; done
+    shift $((n + m))
+    PATH=$(printf %s "$PATH" | tr : "\n" | grep -v cuda | paste -sd:)
+    export PATH
+    exec "$@"' masked "${#HIDE[@]}" "${#HIDE_ENV[@]}" "${HIDE[@]}" "${HIDE_ENV[@]}" "$@"
 }

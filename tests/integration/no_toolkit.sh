@@ -10,8 +10,7 @@
 . "$(dirname "$0")/lib.sh" "$@"
 . "$(dirname "$0")/wheels.sh"
 
-[[ $(id -u) == 0 ]] || skip "needs root for unshare -m and mount"
-unshare -m true 2>/dev/null || skip "unshare -m is not permitted here"
+require_masking
 src=${IT_SOURCE_DIR:?}
 v12=$(wheel_venv nvrtc-cu12 nvidia-cuda-nvrtc-cu12==12.9.86)
 v13=$(wheel_venv nvrtc-cu13 nvidia-cuda-nvrtc==13.5.37)
@@ -27,17 +26,7 @@ cmake --build "$dir" -j"$jobs" --target kiln_cli >"$dir.build.log" 2>&1
 awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f\n", b - a }'
 SH
 
-# Runs CMD in a namespace with the toolkit hidden.
-masked() {
-  timeout -k 10 900 unshare -m bash -c '
-    for d in /usr/local/cuda*; do
-      [[ -d $d && ! -L $d ]] && mount -t tmpfs -o size=1m,mode=755 kiln-no-toolkit "$d"
-    done
-    unset CUDA_HOME CUDA_PATH
-    export PATH=$(printf %s "$PATH" | tr : "\n" | grep -v cuda | paste -sd:)
-    exec "$@"' masked "$@"
-}
-
+# masked (lib.sh) runs a command with the toolkit hidden.
 log "the toolkit is hidden in the namespace"
 masked bash -c 'ls -A /usr/local/cuda/ | wc -l; nvcc --version >/dev/null 2>&1 && echo nvcc-runs || echo no-nvcc' >"$OUT" 2>"$ERR" ||
   die "the namespace did not start: $(cat "$ERR")"

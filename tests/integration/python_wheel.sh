@@ -19,8 +19,7 @@
 # build tree (python-wheel-build) so a rerun rebuilds only what changed.
 . "$(dirname "$0")/lib.sh" "$@"
 
-[[ $(id -u) == 0 ]] || skip "needs root for unshare -m and mount"
-unshare -m true 2>/dev/null || skip "unshare -m is not permitted here"
+require_masking
 py=${IT_TEST_PYTHON:-}
 [[ -n $py && -x $py ]] || skip "no torch venv: configure with -DKILN_TEST_PYTHON=\$(scripts/python-env)"
 "$py" -c 'import torch, pytest, numpy, scikit_build_core' 2>/dev/null ||
@@ -32,17 +31,9 @@ torch_site=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])
 torch_prefix=$("$py" -c 'import sys; print(sys.prefix)')
 [[ -d $torch_site/nvidia ]] || skip "$torch_site holds no nvidia wheels (torch from PyPI brings them)"
 
-# Runs CMD in a mount namespace where every /usr/local/cuda* is an empty tmpfs
-# (as no_toolkit.sh), with no CUDA or loader paths from the environment.
-masked() {
-  timeout -k 10 900 unshare -m bash -c '
-    for d in /usr/local/cuda*; do
-      [[ -d $d && ! -L $d ]] && mount -t tmpfs -o size=1m,mode=755 kiln-no-toolkit "$d"
-    done
-    unset CUDA_HOME CUDA_PATH LD_LIBRARY_PATH PYTHONPATH PYTHONHOME VIRTUAL_ENV
-    export PATH=$(printf %s "$PATH" | tr : "\n" | grep -v cuda | paste -sd:)
-    exec "$@"' masked "$@"
-}
+# masked (lib.sh): every /usr/local/cuda* hidden, and no CUDA or loader paths
+# from the environment.
+HIDE_ENV+=(LD_LIBRARY_PATH PYTHONPATH PYTHONHOME VIRTUAL_ENV)
 
 log "the toolkit is hidden in the namespace"
 masked bash -c 'ls -A /usr/local/cuda/ | wc -l; nvcc --version >/dev/null 2>&1 && echo nvcc-runs || echo no-nvcc' >"$OUT" 2>"$ERR" ||
