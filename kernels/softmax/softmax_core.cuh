@@ -398,7 +398,13 @@ __device__ __forceinline__ void kiln_softmax_fwd_regs(T *y, const T *x, const ki
    * rather than keep E floats live across the reductions. Equal to c
    * whenever a result depends on them: m is finite once anything takes
    * part (nothing does when m = -inf), and +inf or NaN in m makes every
-   * participating y NaN either way. */
+   * participating y NaN either way. Likewise `in` passes through a shuffle
+   * from the thread's own lane before each pass: the same bits, but a value
+   * the compiler must test afresh, instead of keeping E predicates (one per
+   * element: the masked unit's are not per vector) live across the
+   * reductions, which spills at the 64 registers of 32 warps per SM. Every
+   * lane of the warp is here, as for the reductions. */
+  in = __shfl_xor_sync(0xffffffffu, in, 0);
   const float c1 = c + m * 0.f;
   float s = 0.f;
 #pragma unroll
@@ -407,6 +413,7 @@ __device__ __forceinline__ void kiln_softmax_fwd_regs(T *y, const T *x, const ki
   s = kiln_softmax_row_sum<kWidth>(s, kWidth == 32 ? red : red + 32); /* red is null for a warp */
   const float inv = 1.f / s; /* s >= 1 if anything takes part, else unused */
   const float c2 = c + inv * 0.f;
+  in = __shfl_xor_sync(0xffffffffu, in, 0);
   kiln_softmax_emit<kVec, E, kWidth>(
       y + r.off, [&](int k) { return (in >> k) & 1u ? kiln_exp2f(xv.get(k) * c2 - m) * inv : 0.f; },
       0, tid, cols);
@@ -640,10 +647,14 @@ enum { KILN_SOFTMAX_UNITS(KILN_SOFTMAX_UNIT_ID_, ~) kiln_softmax_unit_count };
  * minimum of resident blocks per SM (docs/kernels/softmax.md).
  * The vector kinds ask for 32 warps per SM (1024 / threads blocks), which
  * keeps them within 64 registers per thread: their rows are held two 16-bit
- * values per register and read in whole vectors. Not the fp32 backward of 32
- * elements per thread, whose 64 floats of y and dy alone fill 64 registers
- * (it would spill), nor the scalar kinds, whose element-wise loads of packed
- * values spill under that bound: they keep the registers they need. */
+ * values per register and read in whole vectors, at most 16 elements per
+ * thread in a block kind (v16k takes 1024 threads rather than 32 elements
+ * each: 512 x 32 spills under this bound). Not the fp32 backward of 32
+ * elements per thread (v1k), whose 64 floats of y and dy alone fill 64
+ * registers (it would spill), nor the scalar kinds, whose element-wise loads
+ * of packed values spill under that bound: they keep the registers they
+ * need. No entry may spill or have a stack frame on any target
+ * (integration.resources, integration.all_targets). */
 #define KILN_SOFTMAX_BOUNDS_w(dt, bwd, elems, threads) __launch_bounds__(threads)
 #define KILN_SOFTMAX_BOUNDS_b(dt, bwd, elems, threads) __launch_bounds__(threads)
 #define KILN_SOFTMAX_BOUNDS_g(dt, bwd, elems, threads) __launch_bounds__(threads)

@@ -88,6 +88,13 @@ expect_eq "$(json "$T/probe--json.out" 'd["caches"][0]["records"]')" 1 "probe's 
 log "a warm cache (WAL, no -wal file): nothing changes, last-used times included"
 W=$T/warm
 copy_cache "$WARM" "$W"
+# Every last_used a day old, so a last-used update would write; and no
+# -wal/-shm to start from, whatever the fixture held when it was copied
+# (sqlite deletes both when the last connection of a checkpointed WAL closes).
+python3 -c 'import sqlite3, sys
+db = sqlite3.connect(sys.argv[1]); db.execute("UPDATE records SET last_used = last_used - 86400")
+db.commit(); db.execute("PRAGMA wal_checkpoint(TRUNCATE)"); db.close()' "$W/index.sqlite"
+[[ -e $W/index.sqlite-wal || -e $W/index.sqlite-shm ]] && die "could not clear $W's -wal/-shm"
 touch -d '2 days ago' "$W/index.sqlite" # a last_used update would move it
 inspect "$W" "$W"
 expect_eq "$(rc_of check)" 0 "kiln check on the warm cache"

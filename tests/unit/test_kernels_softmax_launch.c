@@ -56,8 +56,9 @@ static void test_aligned_rows_of_whole_vectors_pick_vector_variants(void **state
   expect_es(3, 2048, 2, 1, "v2k", 256, 3);
   expect_es(3, 4096, 4, 1, "v4k", 256, 3);
   expect_es(3, 8192, 2, 1, "v8k", 512, 3);
-  expect_es(3, 12288, 2, 1, "v16k", 512, 3);
-  expect_es(3, 16384, 4, 1, "v16k", 512, 3);
+  expect_es(1, 8200, 2, 1, "v16k", 1024, 1);
+  expect_es(3, 12288, 2, 1, "v16k", 1024, 3);
+  expect_es(3, 16384, 4, 1, "v16k", 1024, 3);
   expect_es(3, 16392, 2, 1, "vg", 512, 3);
   expect_es(2, 1 << 30, 4, 1, "vg", 512, 2);
 }
