@@ -433,12 +433,18 @@ __device__ __forceinline__ void kiln_softmax_bwd_regs(T *dx, const T *y, const T
   for (int k = 0; k < E; ++k)
     if (kiln_softmax_col<kVec, T, kWidth>(k, tid) < r.lim) s += yv.get(k) * gv.get(k);
   s = kiln_softmax_row_sum<kWidth>(s, red);
+  /* lt: columns left from this thread's first one; the element tests below
+   * compare it with constants. It passes through a shuffle from the thread's
+   * own lane (as the forward's `in`), so the compiler recomputes E cheap
+   * predicates after the reduction rather than keep them live across it,
+   * which spills the 16-bit v1k (sm_100+) at 64 registers. Every lane of the
+   * warp is here, as for the reduction. */
+  const int lt = r.lim - __shfl_xor_sync(0xffffffffu, kiln_softmax_col<kVec, T, kWidth>(0, tid), 0);
   kiln_softmax_emit<kVec, E, kWidth>(
       dx + r.off,
       [&](int k) {
-        return kiln_softmax_col<kVec, T, kWidth>(k, tid) < r.lim
-                   ? scale * (yv.get(k) * (gv.get(k) - s))
-                   : 0.f;
+        return kiln_softmax_col<kVec, T, kWidth>(k, 0) < lt ? scale * (yv.get(k) * (gv.get(k) - s))
+                                                            : 0.f;
       },
       0, tid, cols);
 }
@@ -526,6 +532,14 @@ template <int kUnit, bool kVec, int kThreads, typename T>
 __device__ __forceinline__ void
 kiln_softmax_g_chunk(float *v, const T *x, const kiln_softmax_row &r, kiln_i64 base, float c) {
   const int U = KILN_SOFTMAX_G_UNROLL;
+  if (!kVec) { /* one test per element: the bit mask costs registers here (sm_120 spills) */
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const kiln_i64 col = base + (kiln_i64)u * kThreads + threadIdx.x;
+      v[u] = col < r.lim ? kiln_softmax_load<kUnit>(x, r, col, c) : kiln_neg_inf();
+    }
+    return;
+  }
   const unsigned in = kiln_softmax_part<kUnit, kVec, U, kThreads, T>(r, base, threadIdx.x);
   kiln_softmax_read<kVec, U, kThreads>(v, x + r.off, base, threadIdx.x, r.lim);
 #pragma unroll
