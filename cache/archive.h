@@ -9,12 +9,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cache/record_fields.h" /* KILN_BLOB_SIZE_MAX */
 #include "common/digest.h"
 #include "kiln/status.h"
 
 #define KILN_TAR_BLOCK 512
-#define KILN_TAR_NAME_MAX 100          /* ustar's name field; kiln writes no prefix */
-#define KILN_TAR_SIZE_MAX (1ULL << 30) /* the largest member: a record says at most 1 GiB */
+#define KILN_TAR_NAME_MAX 100                /* ustar's name field; kiln writes no prefix */
+#define KILN_TAR_SIZE_MAX KILN_BLOB_SIZE_MAX /* the largest member: a blob */
 
 /* A stream being written: fd, the bytes written so far, and (when sum is not
  * NULL) a running SHA-256 of every byte written except the data of members

@@ -14,16 +14,23 @@
 #include "common/logging.h"
 
 kiln_status kiln_blob_path(char *out, size_t cap, const char *layer_dir, const char *digest) {
+  kiln_status rc;
   int n;
   if (!kiln_is_hex64(digest)) return kiln_fail(KILN_EINVAL, "'%s' is not a SHA-256 digest", digest);
+  /* cas/ then cas/<2 hex>: every blob operation (read, write, quarantine, gc)
+   * finds its file through here, so none goes through a link to elsewhere */
+  n = snprintf(out, cap, "%s/cas", layer_dir);
+  for (int step = 0; step < 2; step++) {
+    if (n < 0 || (size_t)n >= cap) return kiln_fail(KILN_EINVAL, "path too long: %s", layer_dir);
+    rc = kiln_real_dir(out);
+    if (rc != KILN_OK && rc != KILN_ENOTFOUND) return rc;
+    if (rc == KILN_ENOTFOUND) break; /* nothing under it: the blob is absent */
+    if (step == 0) n = snprintf(out, cap, "%s/cas/%.2s", layer_dir, digest);
+  }
   n = snprintf(out, cap, "%s/cas/%.2s/%s", layer_dir, digest, digest + 2);
   if (n < 0 || (size_t)n >= cap) return kiln_fail(KILN_EINVAL, "path too long: %s", layer_dir);
   return KILN_OK;
 }
-
-/* No blob is larger (a record says at most 1 GiB: cache/remote_record.c, cache/archive.h): a
- * bigger file at a blob's path is refused by its size, whatever the caller knows of it. */
-#define BLOB_SIZE_MAX (1ull << 30)
 
 kiln_status kiln_blob_check(const char *path, const char *digest, uint64_t want_size, uint8_t **out,
                             size_t *out_size) {
@@ -32,11 +39,12 @@ kiln_status kiln_blob_check(const char *path, const char *digest, uint64_t want_
   size_t len = 0;
   kiln_status rc;
   if (out) { /* the bytes are wanted: one read, bounded by the size */
-    KILN_CHECK(kiln_read_regular(path, want_size, BLOB_SIZE_MAX, KILN_READ_NOFOLLOW, &data, &len));
+    KILN_CHECK(
+        kiln_read_regular(path, want_size, KILN_BLOB_SIZE_MAX, KILN_READ_NOFOLLOW, &data, &len));
     KILN_CHECK(kiln_sha256_hex(got, data, len));
   } else { /* a check only: a stream, never the whole file in memory */
     uint64_t n = 0;
-    KILN_CHECK(kiln_hash_regular(path, want_size, BLOB_SIZE_MAX, KILN_READ_NOFOLLOW, got, &n));
+    KILN_CHECK(kiln_hash_regular(path, want_size, KILN_BLOB_SIZE_MAX, KILN_READ_NOFOLLOW, got, &n));
     len = (size_t)n;
   }
   if (strcmp(got, digest) != 0) {

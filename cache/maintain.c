@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "common/digest.h"
 #include "common/error.h"
+#include "common/fileio.h"
 #include "common/logging.h"
 
 /* A temp file younger than this may belong to a writer on another host. */
@@ -21,24 +22,42 @@
 /* An unreferenced blob younger than this may be a put whose record is on its way. */
 #define ORPHAN_GRACE_S 600
 
+/* st is NULL for an entry of cas/ that is not walked (not a directory of its
+ * own): digest is then kiln_last_error(), which names it and says why. */
 typedef void (*blob_fn)(const char *path, const char *digest, const struct stat *st, void *user);
 
+/* The directory at path, opened only when it is one of its own (never
+ * through a symlink: a cas/xx, tmp/ or quarantine/ pointing elsewhere would
+ * have gc remove, verify move and stats count files that are not the
+ * cache's); else NULL, warned about naming it unless it is absent. */
+static DIR *open_own_dir(const char *path) {
+  kiln_status rc = kiln_real_dir(path);
+  DIR *d = NULL;
+  if (rc == KILN_OK && !(d = opendir(path))) rc = kiln_fail_errno(KILN_EIO, errno, "open %s", path);
+  if (rc != KILN_OK && rc != KILN_ENOTFOUND)
+    kiln_log(KILN_LOG_WARN, "cache: %s; skipped", kiln_last_error());
+  return d;
+}
+
 /* Calls fn for every file under cas/<2 hex>/; digest is "" for names that are
- * not a digest. */
+ * not a digest. An entry of cas/ that is not a directory of its own is
+ * reported (fn with st NULL, and a warning) and never walked. */
 static kiln_status walk_cas(kiln_cache *c, blob_fn fn, void *user) {
-  DIR *top = opendir(c->cas_dir);
+  kiln_status rc = kiln_real_dir(c->cas_dir);
   struct dirent *d;
-  if (!top) return kiln_fail_errno(KILN_EIO, errno, "open %s", c->cas_dir);
+  DIR *top;
+  if (rc != KILN_OK) return rc == KILN_ENOTFOUND ? KILN_OK : rc; /* absent: no blobs yet */
+  if (!(top = opendir(c->cas_dir))) return kiln_fail_errno(KILN_EIO, errno, "open %s", c->cas_dir);
   while ((d = readdir(top))) {
     char sub[KILN_PATH_MAX];
     DIR *in;
     struct dirent *e;
     if (d->d_name[0] == '.') continue;
-    struct stat sst;
     if (snprintf(sub, sizeof sub, "%s/%s", c->cas_dir, d->d_name) >= (int)sizeof sub) continue;
-    /* never through a symlink: a cas/xx pointing elsewhere would have
-     * verify quarantine (move) files that are not the cache's */
-    if (lstat(sub, &sst) != 0 || !S_ISDIR(sst.st_mode) || !(in = opendir(sub))) continue;
+    if (!(in = open_own_dir(sub))) {
+      fn(sub, kiln_last_error(), NULL, user);
+      continue;
+    }
     while ((e = readdir(in))) {
       char path[KILN_PATH_MAX], digest[65] = "";
       struct stat st;
@@ -58,7 +77,7 @@ static kiln_status walk_cas(kiln_cache *c, blob_fn fn, void *user) {
 }
 
 static uint64_t count_files(const char *dir) {
-  DIR *d = opendir(dir);
+  DIR *d = open_own_dir(dir);
   struct dirent *e;
   uint64_t n = 0;
   if (!d) return 0;
@@ -124,6 +143,7 @@ static void stat_blob(const char *path, const char *digest, const struct stat *s
   kiln_cache_stats *s = user;
   (void)path;
   (void)digest;
+  if (!st) return;
   s->blobs++;
   s->blob_bytes += (uint64_t)st->st_size;
 }
@@ -204,7 +224,10 @@ static void add_issue(verify_ctx *v, const char *path, const char *what) {
 static void verify_blob(const char *path, const char *digest, const struct stat *st, void *user) {
   verify_ctx *v = user;
   kiln_status rc;
-  (void)st;
+  if (!st) { /* a cas/ entry that is no directory of its own: left as it is */
+    add_issue(v, path, digest);
+    return;
+  }
   v->r->checked++;
   if (!digest[0]) {
     add_issue(v, path, "file name is not a content digest");
@@ -231,8 +254,13 @@ static void verify_records(verify_ctx *v) {
     char path[KILN_PATH_MAX];
     struct stat st;
     int r;
-    if (!kiln_is_hex64(recs[i].digest) ||
+    if (kiln_is_hex64(recs[i].digest) &&
         kiln_blob_path(path, sizeof path, v->c->primary.dir, recs[i].digest) != KILN_OK) {
+      /* cas/ or its fan-out is not a directory of its own: reported by the
+       * walk, and nothing is moved through it */
+      continue;
+    }
+    if (!kiln_is_hex64(recs[i].digest)) {
       /* unservable for good: every build would fail on it ("not a SHA-256 digest") */
       uint64_t gone = 0;
       snprintf(path, sizeof path, "record %s (%s %s)", recs[i].key, recs[i].unit, recs[i].target);
@@ -282,11 +310,10 @@ static int tmp_name_kind(const char *name) {
 static void clean_tmp(kiln_cache *c) {
   DIR *d;
   struct dirent *e;
-  struct stat dst;
   char host[256];
   int64_t now = kiln_now_s();
   /* only a real tmp/ directory: through a symlink it would be another's files */
-  if (lstat(c->tmp_dir, &dst) != 0 || !S_ISDIR(dst.st_mode) || !(d = opendir(c->tmp_dir))) return;
+  if (!(d = open_own_dir(c->tmp_dir))) return;
   kiln_host_name(host, sizeof host);
   while ((e = readdir(d))) {
     char path[KILN_PATH_MAX];
@@ -359,6 +386,7 @@ typedef struct blob_list {
 static void collect_blob(const char *path, const char *digest, const struct stat *st, void *user) {
   blob_list *b = user;
   (void)path;
+  if (!st) return;
   b->total += (uint64_t)st->st_size;
   if (!digest[0]) return;
   if (b->n == b->cap) {
@@ -407,7 +435,7 @@ static uint64_t drop_orphans(kiln_cache *c, uint64_t *removed) {
     if (kiln_blob_path(path, sizeof path, c->primary.dir, b.digest[i]) != KILN_OK) continue;
     if (kiln_txn_begin(c, "gc") != KILN_OK) break;
     /* Re-checked under the write lock: a put may have reused it meanwhile. */
-    if (!referenced(c->primary.db, b.digest[i]) && stat(path, &st) == 0 &&
+    if (!referenced(c->primary.db, b.digest[i]) && lstat(path, &st) == 0 &&
         now - (int64_t)st.st_mtime >= ORPHAN_GRACE_S && unlink(path) == 0) {
       freed += b.size[i];
       if (removed) (*removed)++;
@@ -425,7 +453,7 @@ static void drop_unreferenced(kiln_cache *c, const char *digest, uint64_t *freed
   struct stat st;
   if (!digest[0] || referenced(c->primary.db, digest)) return;
   if (kiln_blob_path(path, sizeof path, c->primary.dir, digest) != KILN_OK) return;
-  if (stat(path, &st) != 0 || unlink(path) != 0) return;
+  if (lstat(path, &st) != 0 || unlink(path) != 0) return;
   *freed += (uint64_t)st.st_size;
   (*removed)++;
 }

@@ -10,6 +10,11 @@
 #include "cache/record_fields.def" /* KILN_RECORD_FIELDS */
 #include "kiln/cache.h"            /* kiln_record */
 
+/* The largest blob, 1 GiB, defined once: a record may say no more (cache/remote_record.c), an
+ * archive member may be no larger (cache/archive.h), and a bigger file at a blob's path is
+ * refused by its size before a byte is read (cache/blobs.c). */
+#define KILN_BLOB_SIZE_MAX (1ull << 30)
+
 /* A row's type class as a value, for code that handles one class at a time:
  * KILN_FIELD_##type. */
 typedef enum kiln_field_type {

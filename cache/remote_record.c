@@ -17,7 +17,6 @@
 
 #define SCHEMA "kiln-record/1"
 #define DOC_MAX (64 * 1024)
-#define SIZE_MAX_BLOB (1ull << 30)
 #define SIG_PREFIX "hmac-sha256:"
 #define CANON_MAX 4096
 
@@ -227,7 +226,7 @@ static kiln_status get_int(json_t *o, const char *name, long long lo, long long 
 static kiln_status get_u64(json_t *o, const char *name, uint64_t *dst, const char *key) {
   long long x;
   /* the one U64 field is a blob's size: never 0 (no image is empty) */
-  kiln_status rc = get_int(o, name, 1, (long long)SIZE_MAX_BLOB, &x, key);
+  kiln_status rc = get_int(o, name, 1, (long long)KILN_BLOB_SIZE_MAX, &x, key);
   if (rc == KILN_OK) *dst = (uint64_t)x;
   return rc;
 }

@@ -18,6 +18,10 @@ kiln_status kiln_sql_fail(sqlite3 *db, int sqlite_rc, const char *what) {
     st = KILN_EPERM;
   else if (base == SQLITE_CORRUPT || base == SQLITE_NOTADB)
     st = KILN_ECORRUPT;
+  /* the file, so that a failure names what to look at (NULL or "" for an
+   * index in memory, and for a handle whose open failed) */
+  const char *file = db ? sqlite3_db_filename(db, "main") : NULL;
+  if (file && *file) return kiln_fail(st, "cache index %s: %s: %s", file, what, sqlite3_errmsg(db));
   return kiln_fail(st, "cache index: %s: %s", what,
                    db ? sqlite3_errmsg(db) : sqlite3_errstr(sqlite_rc));
 }

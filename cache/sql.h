@@ -13,7 +13,8 @@
 
 /* sqlite error -> kiln_status (SQLITE_FULL -> KILN_ENOSPC, BUSY -> ELOCKED,
  * READONLY -> EPERM, CORRUPT -> ECORRUPT, else EDB), with the detail
- * "cache index: <what>: <sqlite's message>". */
+ * "cache index <file>: <what>: <sqlite's message>" (the index's path; just
+ * "cache index: ..." for one in memory or a handle whose open failed). */
 kiln_status kiln_sql_fail(sqlite3 *db, int sqlite_rc, const char *what);
 
 /* Propagates a failing sqlite call (one that returns SQLITE_OK on success):

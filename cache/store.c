@@ -1,6 +1,7 @@
 /* Opening the local store: directory checks, the sqlite index, layers. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -200,6 +201,43 @@ static kiln_status check_kiln_dir(const char *dir) {
   return rc;
 }
 
+/* The index's files: sqlite opens each by name, and follows (and blocks on)
+ * whatever is there. */
+static const char *const index_files[] = {"index.sqlite", "index.sqlite-wal", "index.sqlite-shm",
+                                          "index.sqlite-journal"};
+
+/* Before sqlite opens dir's index: each of its files is absent or a regular
+ * file this process can read. A symlink would have sqlite read and write a
+ * file outside the cache (and its -wal, -shm beside that); a FIFO blocks the
+ * open forever; a directory or device is no index. KILN_EPERM (kiln will
+ * not open it; `kiln cache verify --repair` would not either) naming the
+ * file. */
+static kiln_status check_index_files(const char *dir) {
+  for (size_t i = 0; i < sizeof index_files / sizeof index_files[0]; i++) {
+    char p[KILN_PATH_MAX];
+    struct stat st;
+    int fd;
+    if (snprintf(p, sizeof p, "%s/%s", dir, index_files[i]) >= (int)sizeof p)
+      return kiln_fail(KILN_EINVAL, "cache path too long: %s", dir);
+    if (lstat(p, &st) != 0) {
+      if (errno == ENOENT) continue;
+      return kiln_fail_errno(KILN_EIO, errno, "cache index file %s", p);
+    }
+    if (!S_ISREG(st.st_mode))
+      return kiln_fail(KILN_EPERM,
+                       "cache index file %s is %s, not a regular file: kiln opens none (move it "
+                       "away)",
+                       p, kiln_file_kind(st.st_mode));
+    /* readable, without waiting on anything (it was a regular file a moment ago) */
+    fd = open(p, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+      return kiln_fail_errno(errno == EACCES ? KILN_EPERM : KILN_EIO, errno, "cache index file %s",
+                             p);
+    close(fd);
+  }
+  return KILN_OK;
+}
+
 /* "file:<dir>/index.sqlite?mode=ro[&immutable=1]", the characters a URI
  * would read as syntax escaped. */
 static kiln_status index_uri(char *uri, size_t cap, const char *dir, int immutable) {
@@ -289,13 +327,16 @@ static kiln_status open_primary_ro(kiln_cache *c) {
   kiln_status rc;
   KILN_CHECK(check_dir(dir, 1));
   KILN_CHECK(check_kiln_dir(dir));
+  KILN_CHECK(check_index_files(dir));
   KILN_CHECK(kiln_path_join(path, sizeof path, dir, "index.sqlite"));
   if (lstat(path, &st) != 0 ? errno == ENOENT : S_ISREG(st.st_mode) && st.st_size == 0)
     return open_empty(c);
   KILN_CHECK(index_uri(path, sizeof path, dir, index_immutable(dir)));
   SQL_CHECK(c->primary.db,
             sqlite3_open_v2(path, &c->primary.db,
-                            SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_FULLMUTEX, NULL),
+                            SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_FULLMUTEX |
+                                SQLITE_OPEN_NOFOLLOW,
+                            NULL),
             path);
   sqlite3_busy_timeout(c->primary.db, 30000);
   if (kiln_index_quick_check(c->primary.db, why, sizeof why) != KILN_OK) {
@@ -316,6 +357,12 @@ out:
   return rc;
 }
 
+/* mkdir path (0700) unless it is there as a directory of its own. */
+static kiln_status own_dir(const char *path) {
+  kiln_status rc = kiln_real_dir(path);
+  return rc == KILN_ENOTFOUND ? kiln_mkdir(path, 0700) : rc;
+}
+
 static kiln_status open_primary(kiln_cache *c, int create) {
   char path[KILN_PATH_MAX];
   kiln_status rc;
@@ -327,13 +374,17 @@ static kiln_status open_primary(kiln_cache *c, int create) {
   if (create) KILN_CHECK(kiln_mkdir_p(c->primary.dir, 0700));
   KILN_CHECK(check_dir(c->primary.dir, 0));
   KILN_CHECK(check_kiln_dir(c->primary.dir));
-  KILN_CHECK(kiln_mkdir(c->cas_dir, 0700));
-  KILN_CHECK(kiln_mkdir(c->tmp_dir, 0700));
-  KILN_CHECK(kiln_mkdir(c->quarantine_dir, 0700));
+  /* kiln writes, moves and removes files in these: each must be the cache's
+   * own directory, never a link to another */
+  KILN_CHECK(own_dir(c->cas_dir));
+  KILN_CHECK(own_dir(c->tmp_dir));
+  KILN_CHECK(own_dir(c->quarantine_dir));
+  KILN_CHECK(check_index_files(c->primary.dir));
   KILN_CHECK(kiln_path_join(path, sizeof path, c->primary.dir, "index.sqlite"));
   SQL_CHECK(c->primary.db,
             sqlite3_open_v2(path, &c->primary.db,
-                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX |
+                                SQLITE_OPEN_NOFOLLOW,
                             NULL),
             path);
   sqlite3_busy_timeout(c->primary.db, 30000);
@@ -420,6 +471,10 @@ static void open_layer(kiln_cache *c, const char *dir) {
     skip_layer(c, dir, why, 1);
     return;
   }
+  if (check_index_files(dir) != KILN_OK) {
+    skip_layer(c, dir, kiln_last_error(), 0);
+    return;
+  }
   l = &c->layers[c->n_layers];
   snprintf(l->dir, sizeof l->dir, "%s", dir);
   /* immutable skips locking and the WAL; a layer whose writer is still open
@@ -435,7 +490,8 @@ static void open_layer(kiln_cache *c, const char *dir) {
     kiln_log(KILN_LOG_WARN, "read-only cache layer %s: path too long, skipped", dir);
     return;
   }
-  r = sqlite3_open_v2(uri, &l->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL);
+  r = sqlite3_open_v2(uri, &l->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOFOLLOW,
+                      NULL);
   rc = r == SQLITE_OK ? layer_schema(l->db) : KILN_EDB;
   if (rc != KILN_OK) {
     skip_layer(c, dir,

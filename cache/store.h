@@ -66,10 +66,14 @@ kiln_status kiln_cache_writable(const kiln_cache *c, const char *what);
  * the COMMIT's failure. */
 kiln_status kiln_txn_end(kiln_cache *c, kiln_status rc, const char *what);
 
-/* cas/<2 hex>/<62 hex> under layer_dir. */
+/* cas/<2 hex>/<62 hex> under layer_dir. KILN_EINVAL for a digest that is
+ * not 64 lowercase hex digits; KILN_EPERM (naming it) when cas/ or
+ * cas/<2 hex> is there but not a directory of its own (a symlink, a FIFO, a
+ * file): a cache holds none, and no blob is read, written, moved or removed
+ * through one. */
 kiln_status kiln_blob_path(char *out, size_t cap, const char *layer_dir, const char *digest);
-/* Checks the file at path has want_size bytes (UINT64_MAX: any up to 1 GiB,
- * the most a record may say) hashing to digest: KILN_ECORRUPT saying which
+/* Checks the file at path has want_size bytes (UINT64_MAX: any up to
+ * KILN_BLOB_SIZE_MAX) hashing to digest: KILN_ECORRUPT saying which
  * differs. The size is checked before any byte is read. out may be NULL to
  * check only: the file is then hashed as a stream (kiln_hash_regular), never
  * held whole; otherwise it is read once (kiln_read_regular). */

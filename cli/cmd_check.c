@@ -15,7 +15,8 @@ static const char *usage =
     "an artifact the loader would load on a GPU of that arch: the exact CUBIN,\n"
     "a CUBIN of the same major with a lower minor, or PTX the driver can JIT\n"
     "(sm_90a and compute_90 targets need exactly themselves). Each candidate's\n"
-    "blob is hashed (a bad one does not count; `kiln cache verify` repairs).\n"
+    "blob is hashed: a bad one does not count, and is listed (BAD, with the\n"
+    "file and what is wrong with it; `kiln cache verify` repairs).\n"
     "Run it as the last step of a container build, so an image never ships\n"
     "without coverage. Nothing is built or changed.\n"
     "\n"
@@ -80,6 +81,21 @@ static json_t *item_json(const kiln_coverage_item *it) {
   return o;
 }
 
+/* [{unit, target, artifact, layer, why}] of the candidates whose blob failed */
+static json_t *bad_json(const kiln_coverage *c) {
+  json_t *v = json_array();
+  for (size_t i = 0; i < c->n_bad; i++) {
+    json_t *o = json_object();
+    json_object_set_new(o, "unit", json_string(c->items[c->bad[i].item].unit->name));
+    json_object_set_new(o, "target", json_string(c->items[c->bad[i].item].target));
+    json_object_set_new(o, "artifact", json_string(c->bad[i].artifact));
+    json_object_set_new(o, "layer", json_integer(c->bad[i].layer));
+    json_object_set_new(o, "why", json_string(c->bad[i].why));
+    json_array_append_new(v, o);
+  }
+  return v;
+}
+
 static void print_text(const kiln_coverage *c, kiln_cache *cache) {
   size_t by[5] = {0};
   for (size_t i = 0; i < c->n_items; i++)
@@ -88,6 +104,11 @@ static void print_text(const kiln_coverage *c, kiln_cache *cache) {
          "CUBIN, %zu PTX JIT), %zu missing\n",
          c->n_items, kiln_cache_dir(cache), c->n_items - c->missing, by[KILN_LOAD_EXACT],
          by[KILN_LOAD_COMPATIBLE], by[KILN_LOAD_PTX], c->missing);
+  for (size_t i = 0; i < c->n_bad; i++) {
+    const kiln_coverage_bad *b = &c->bad[i];
+    fprintf(stderr, "kiln check: BAD %s %s (layer %d): %s\n", c->items[b->item].unit->name,
+            b->artifact, b->layer, b->why);
+  }
   for (size_t i = 0; i < c->n_items; i++) {
     const kiln_coverage_item *it = &c->items[i];
     if (it->source != KILN_LOAD_NONE) continue;
@@ -159,6 +180,7 @@ int cmd_check(int argc, char **argv) {
     json_object_set_new(o, "ok", json_boolean(cov->missing == 0));
     json_object_set_new(o, "pairs", json_integer((json_int_t)cov->n_items));
     json_object_set_new(o, "missing", missing);
+    json_object_set_new(o, "bad", bad_json(cov));
     json_object_set_new(o, "items", items);
     cli_print_json(o);
   } else {

@@ -118,7 +118,7 @@ static kiln_status open_regular(const char *path, uint64_t want_size, uint64_t m
     goto out;
   }
   if (!S_ISREG(st.st_mode)) {
-    rc = kiln_fail(KILN_ECORRUPT, "%s is not a regular file (a FIFO, device or directory)", path);
+    rc = kiln_fail(KILN_ECORRUPT, "%s is %s, not a regular file", path, kiln_file_kind(st.st_mode));
     goto out;
   }
   if (want_size != UINT64_MAX && (uint64_t)st.st_size != want_size) {
@@ -216,6 +216,31 @@ out:
   free(chunk);
   if (fd >= 0) close(fd);
   return rc;
+}
+
+const char *kiln_file_kind(unsigned mode) {
+  switch (mode & S_IFMT) {
+  case S_IFLNK: return "a symbolic link";
+  case S_IFIFO: return "a FIFO";
+  case S_IFDIR: return "a directory";
+  case S_IFCHR:
+  case S_IFBLK: return "a device";
+  case S_IFSOCK: return "a socket";
+  case S_IFREG: return "a regular file";
+  }
+  return "not a regular file";
+}
+
+kiln_status kiln_real_dir(const char *path) {
+  struct stat st;
+  if (lstat(path, &st) != 0)
+    return errno == ENOENT ? kiln_fail(KILN_ENOTFOUND, "%s: no such directory", path)
+                           : kiln_fail_errno(KILN_EIO, errno, "%s", path);
+  if (!S_ISDIR(st.st_mode))
+    return kiln_fail(KILN_EPERM,
+                     "%s is %s, not a directory: kiln follows none inside a cache (move it away)",
+                     path, kiln_file_kind(st.st_mode));
+  return KILN_OK;
 }
 
 kiln_status kiln_mkdir(const char *path, unsigned mode) {

@@ -30,6 +30,14 @@ kiln_status kiln_read_regular(const char *path, uint64_t want_size, uint64_t max
  * be NULL) gets the bytes hashed. */
 kiln_status kiln_hash_regular(const char *path, uint64_t want_size, uint64_t max_size,
                               unsigned flags, char hex[65], uint64_t *out_len);
+/* What a file of st_mode mode is, for messages: "a symbolic link", "a FIFO",
+ * "a directory", "a device", "a socket", "a regular file". */
+const char *kiln_file_kind(unsigned mode);
+/* KILN_OK when path is a directory itself, not a symbolic link to one (a
+ * cache follows none: through one it would read, write or remove files that
+ * are not its own); KILN_ENOTFOUND when absent; else KILN_EPERM (kiln will
+ * not go through it) naming path and what it is. */
+kiln_status kiln_real_dir(const char *path);
 /* mkdir with mode unless it exists as a directory. */
 kiln_status kiln_mkdir(const char *path, unsigned mode);
 /* mkdir -p (each missing component gets mode). */

@@ -16,19 +16,36 @@
 /* Newer than any driver kiln knows: PTX of every ISA is JIT-able. */
 #define ANY_DRIVER 99990
 
+/* Notes a candidate whose blob failed verification, with kiln_last_error()
+ * (which names the file) as why. 0, or -1 when out of memory. */
+static int note_bad(kiln_coverage *c, size_t item, const kiln_record *rec) {
+  kiln_coverage_bad *b = realloc(c->bad, (c->n_bad + 1) * sizeof *b);
+  if (!b) return -1;
+  c->bad = b;
+  b += c->n_bad++;
+  b->item = item;
+  snprintf(b->artifact, sizeof b->artifact, "%s", rec->target);
+  b->layer = rec->layer;
+  snprintf(b->why, sizeof b->why, "%s", kiln_last_error());
+  return 0;
+}
+
 /* The record's blob is there and hashes to its digest, and, for PTX, the ISA
  * its text names is one the driver JITs: what the loader checks before the
- * driver sees it (loader/module.c). */
-static int blob_ok(kiln_cache *cache, const kiln_record *rec, int driver) {
+ * driver sees it (loader/module.c). A blob that fails verification leaves
+ * its reason in kiln_last_error() and *bad set. */
+static int blob_ok(kiln_cache *cache, const kiln_record *rec, int driver, int *bad) {
   const char *dir = rec->layer == 0                         ? cache->primary.dir
                     : (size_t)rec->layer <= cache->n_layers ? cache->layers[rec->layer - 1].dir
                                                             : NULL;
   uint8_t *bytes = NULL;
   size_t len = 0;
   int ok, ptx = strcmp(rec->kind, "ptx") == 0;
+  *bad = 0;
   if (!dir) return 0;
   ok = kiln_blob_read(dir, rec->digest, rec->size, ptx ? &bytes : NULL, ptx ? &len : NULL) ==
        KILN_OK;
+  *bad = !ok;
   if (ok && ptx) ok = kiln_ptx_text_isa((const char *)bytes, len) <= kiln_driver_ptx_isa(driver);
   free(bytes);
   return ok;
@@ -44,18 +61,23 @@ static void take(kiln_coverage_item *it, const kiln_record *rec, kiln_load_sourc
 /* The first candidate, in the loader's order, whose blob verifies. sm_XYa and
  * compute_XY targets are covered only by themselves, under the same rules
  * (the driver's PTX ISA, the toolkit's CUDA major). */
-static void cover(kiln_cache *cache, kiln_coverage_item *it, const kiln_target *t,
-                  const kiln_record *recs, size_t n, int driver, const char *toolchain,
-                  kiln_candidate *cands) {
+static kiln_status cover(kiln_cache *cache, kiln_coverage *c, const kiln_target *t,
+                         const kiln_record *recs, size_t n, int driver, const char *toolchain,
+                         kiln_candidate *cands) {
+  kiln_coverage_item *it = &c->items[c->n_items - 1];
   int only_itself = t->kind == KILN_TARGET_PTX || t->arch_specific;
   size_t m = kiln_select(recs, n, t->arch, driver, toolchain, cands, NULL, 0);
   for (size_t i = 0; i < m; i++) {
+    int bad = 0;
     if (only_itself && strcmp(cands[i].rec->target, it->target) != 0) continue;
-    if (blob_ok(cache, cands[i].rec, driver)) {
+    if (blob_ok(cache, cands[i].rec, driver, &bad)) {
       take(it, cands[i].rec, cands[i].source);
-      return;
+      return KILN_OK;
     }
+    if (bad && note_bad(c, c->n_items - 1, cands[i].rec) != 0)
+      return kiln_fail(KILN_ENOMEM, "out of memory");
   }
+  return KILN_OK;
 }
 
 kiln_status kiln_coverage_check(kiln_coverage **out, kiln_cache *cache, const kiln_target *targets,
@@ -101,8 +123,8 @@ kiln_status kiln_coverage_check(kiln_coverage **out, kiln_cache *cache, const ki
       kiln_coverage_item *it = &c->items[c->n_items++];
       it->unit = unit;
       kiln_target_name(&targets[t], it->target);
-      cover(cache, it, &targets[t], recs, n, driver_version > 0 ? driver_version : ANY_DRIVER,
-            toolchain, cands);
+      KILN_CHECK(cover(cache, c, &targets[t], recs, n,
+                       driver_version > 0 ? driver_version : ANY_DRIVER, toolchain, cands));
       c->missing += it->source == KILN_LOAD_NONE;
     }
   }
@@ -117,6 +139,7 @@ out:
 
 void kiln_coverage_free(kiln_coverage *c) {
   if (!c) return;
+  free(c->bad);
   free(c->items);
   free(c);
 }

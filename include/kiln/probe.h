@@ -28,10 +28,22 @@ typedef struct kiln_coverage_item {
   int layer; /* 0 primary, 1.. read-only layers */
 } kiln_coverage_item;
 
+/* A candidate an index holds whose blob failed verification (and so does
+ * not count): what a user needs to see a "missing" pair is a bad file. */
+typedef struct kiln_coverage_bad {
+  size_t item;       /* the items[] entry it was a candidate for */
+  char artifact[16]; /* its target ("sm_90") */
+  int layer;         /* 0 primary, 1.. read-only layers */
+  char why[1024];    /* the failure, naming the file ("<path> is a FIFO, not a regular file") */
+} kiln_coverage_bad;
+
 typedef struct kiln_coverage {
   size_t n_items;
   kiln_coverage_item *items; /* units (registry order) x targets (as given) */
   size_t missing;            /* items with source NONE */
+  /* appended (the struct is only ever allocated by kiln_coverage_check) */
+  size_t n_bad;
+  kiln_coverage_bad *bad; /* candidates whose blob failed verification, in items order */
 } kiln_coverage;
 
 /* For every unit matching kernels_glob (NULL: all) and every target: the
@@ -40,8 +52,10 @@ typedef struct kiln_coverage {
  * quarantined or touched). A CUBIN target (sm_XY) is
  * covered by sm_XY, a lower sm_XZ of the same major, or PTX compute_VW <= XY;
  * sm_XYa and compute_XY only by themselves. driver_version (e.g. 12080)
- * limits PTX to what that driver can JIT; 0: any. *out is freed with
- * kiln_coverage_free. KILN_ENOTFOUND when the glob matches no unit. */
+ * limits PTX to what that driver can JIT; 0: any. A candidate whose blob
+ * fails verification does not count and is listed in bad[] with the reason.
+ * *out is freed with kiln_coverage_free. KILN_ENOTFOUND when the glob
+ * matches no unit. */
 KILN_API kiln_status kiln_coverage_check(kiln_coverage **out, kiln_cache *cache,
                                          const kiln_target *targets, size_t n_targets,
                                          const char *kernels_glob, int driver_version);

@@ -99,7 +99,7 @@ need_k=$(index_query "$T/sizes" "SELECT digest, log_digest FROM records" | tr '\
   while read -r d; do [[ -n $d ]] && stat -c %s "$(blob_path "$T/sizes" "$d")"; done |
   awk '{ k += int(($1 + 4095) / 4096) * 4 } END { print k + 40 }')
 mount_tmpfs "$T/full" size=$((need_k + 1024))k,mode=0700
-expect_exit 0 kiln cache stats --cache "$T/full" # creates the index and folders
+expect_exit 0 kiln cache verify --cache "$T/full" # creates the index and folders (stats reads only)
 avail=$(df -k --output=avail "$T/full" | tail -1)
 ((avail > need_k)) || die "tmpfs too small: $avail KiB free, need $need_k"
 dd if=/dev/zero of="$T/full/filler" bs=1k count=$((avail - need_k)) status=none

@@ -78,13 +78,16 @@ echo debris >"$T/V/tmp/tmp.999999.$(hostname).AbC123" && touch -d '3 days ago' "
 mkdir -p "$T/outside/ab"
 echo precious >"$T/outside/ab/$(printf 'c%.0s' $(seq 62))"
 ln -s "$T/outside/ab" "$T/V/cas/ab"
-expect_exit 0 kiln cache verify --cache "$T/V"
+expect_exit 1 kiln cache verify --cache "$T/V" # reports the link, walks nothing through it
+expect_stdout_contains "$T/V/cas/ab"
+expect_stderr_contains "$T/V/cas/ab is a symbolic link"
 expect_true "a user's file in tmp/ is kept" test -f "$T/V/tmp/report.pdf"
 expect_true "kiln's own old temp file is removed" test ! -e "$T/V/tmp/tmp.999999.$(hostname).AbC123"
 expect_true "a file behind a symlinked cas/ab is not moved" test -f "$T/outside/ab/$(printf 'c%.0s' $(seq 62))"
 rm -rf "$T/V/tmp" && mkdir -p "$T/outside/t" && echo keep >"$T/outside/t/tmp.1.x.AbC123"
 touch -d '3 days ago' "$T/outside/t/tmp.1.x.AbC123" && ln -s "$T/outside/t" "$T/V/tmp"
-expect_exit 0 kiln cache verify --cache "$T/V"
+expect_exit 1 kiln cache verify --cache "$T/V" # a writer refuses a linked tmp/, naming it
+expect_stderr_contains "$T/V/tmp is a symbolic link"
 expect_true "a file behind a symlinked tmp/ is not removed" test -f "$T/outside/t/tmp.1.x.AbC123"
 
 log "a symlink at a blob's path is refused, not followed"

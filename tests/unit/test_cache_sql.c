@@ -4,8 +4,10 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -103,6 +105,24 @@ static void test_failures_name_what_and_sqlites_message(void **state) {
   assert_int_equal(kiln_sql_run(db, "SELECT 1", NULL, 0, "select"), KILN_EDB);
 }
 
+/* An index in a file: every failure names that file, so a message about a
+ * corrupt or unreadable index says which one. */
+static void test_failures_name_the_index_file(void **state) {
+  char dir[] = "/tmp/kiln-test-sql-XXXXXX", path[64];
+  sqlite3 *db = NULL;
+  (void)state;
+  assert_non_null(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/index.sqlite", dir);
+  assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+  assert_int_equal(kiln_sql_exec(db, "SELEKT 1", "probe"), KILN_EDB);
+  expect_error("cache index ");
+  expect_error(path);
+  expect_error(": probe: ");
+  sqlite3_close(db);
+  unlink(path);
+  rmdir(dir);
+}
+
 static void test_fail_maps_sqlite_codes(void **state) {
   (void)state;
   assert_int_equal(kiln_sql_fail(NULL, SQLITE_FULL, "w"), KILN_ENOSPC);
@@ -138,6 +158,7 @@ static void test_sql_check_jumps_to_out(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_failures_name_the_index_file),
       cmocka_unit_test_setup_teardown(test_run_binds_every_type_in_order, setup, teardown),
       cmocka_unit_test_setup_teardown(test_int_reports_whether_a_row_was_there, setup, teardown),
       cmocka_unit_test_setup_teardown(test_text_column_is_bounded_and_terminated, setup, teardown),

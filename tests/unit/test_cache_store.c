@@ -330,6 +330,104 @@ static void test_read_only_open_writes_nothing(void **state) {
   assert_int_equal(entries(empty), 4); /* cas, tmp, quarantine, index.sqlite */
 }
 
+/* Opens dir (read-write, or read-only) with no layers. */
+static kiln_status open_dir(kiln_cache **out, const char *dir, const char *layers, int read_only) {
+  kiln_cache_options o = KILN_CACHE_OPTIONS_INIT;
+  o.dir = dir;
+  o.ro_path = layers;
+  o.read_only = read_only;
+  return kiln_cache_open(out, &o);
+}
+
+/* A FIFO or a symlink out of the cache at index.sqlite, -wal or -shm is
+ * refused before sqlite opens it (which would block on the FIFO, or write
+ * beside the link's target), naming the file; a layer with one is skipped. */
+static void test_index_files_must_be_regular_files(void **state) {
+  static const char *const names[] = {"index.sqlite", "index.sqlite-wal", "index.sqlite-shm"};
+  fixture *f = *state;
+  kiln_cache *c = NULL;
+  kiln_cache_layer_info *layers = NULL;
+  size_t n = 0;
+  char path[600], away[400], other[300];
+  struct stat before, after;
+  kiln_cache_close(f->c);
+  f->c = NULL;
+  snprintf(away, sizeof away, "%s/outside", f->dir);
+  snprintf(other, sizeof other, "%s/other", f->dir);
+  assert_int_equal(mkdir(other, 0700), 0);
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    for (int link = 0; link < 2; link++) {
+      snprintf(path, sizeof path, "%s/%s", f->cache_dir, names[i]);
+      unlink(path);
+      if (link) {
+        FILE *o = fopen(away, "w");
+        assert_non_null(o);
+        fputs("not kiln's\n", o);
+        fclose(o);
+        assert_int_equal(stat(away, &before), 0);
+        assert_int_equal(symlink(away, path), 0);
+      } else {
+        assert_int_equal(mkfifo(path, 0600), 0);
+      }
+      for (int ro = 0; ro < 2; ro++) {
+        assert_int_equal(open_dir(&c, f->cache_dir, "", ro), KILN_EPERM);
+        assert_null(c);
+        assert_non_null(strstr(kiln_last_error(), path));
+        assert_non_null(strstr(kiln_last_error(), link ? "symbolic link" : "FIFO"));
+      }
+      /* as a read-only layer: skipped (a warning), the primary opens */
+      assert_int_equal(open_dir(&c, other, f->cache_dir, 0), KILN_OK);
+      assert_int_equal(kiln_cache_layers(&layers, &n, c), KILN_OK);
+      assert_int_equal(n, 1);
+      free(layers);
+      kiln_cache_close(c);
+      c = NULL;
+      if (link) { /* the file outside was never opened for writing, nor made company */
+        assert_int_equal(stat(away, &after), 0);
+        assert_int_equal(after.st_size, before.st_size);
+        assert_int_equal(after.st_mtime, before.st_mtime);
+        snprintf(path, sizeof path, "%s-wal", away);
+        assert_int_equal(access(path, F_OK), -1);
+        unlink(away);
+      }
+      snprintf(path, sizeof path, "%s/%s", f->cache_dir, names[i]);
+      assert_int_equal(unlink(path), 0);
+    }
+  }
+  assert_int_equal(open_dir(&c, f->cache_dir, "", 0), KILN_OK); /* and it opens again */
+  f->c = c;
+}
+
+/* gc and verify never go through a fan-out directory that is a symlink: the
+ * blob it leads to stays, verify names it, and nothing is read through it. */
+static void test_symlinked_fanout_is_never_followed(void **state) {
+  fixture *f = *state;
+  kiln_record a;
+  kiln_cache_gc_report gr;
+  kiln_cache_verify_report vr;
+  char fan[400], away[400], path[1000];
+  fill_record(&a, "fan-a", "u");
+  assert_int_equal(kiln_cache_put(f->c, &a, "fan-out bytes", 13, NULL, 0), KILN_OK);
+  snprintf(fan, sizeof fan, "%s/cas/%.2s", f->cache_dir, a.digest);
+  snprintf(away, sizeof away, "%s/away", f->dir);
+  assert_int_equal(rename(fan, away), 0);
+  assert_int_equal(symlink(away, fan), 0);
+  snprintf(path, sizeof path, "%s/%s", away, a.digest + 2);
+  assert_int_equal(kiln_cache_get(NULL, NULL, NULL, f->c, a.key), KILN_EPERM);
+  assert_non_null(strstr(kiln_last_error(), fan));
+  assert_int_equal(kiln_cache_verify(&vr, f->c), KILN_OK);
+  assert_true(vr.bad >= 1);
+  assert_string_equal(vr.issues[0].path, fan);
+  assert_non_null(strstr(vr.issues[0].what, "symbolic link"));
+  kiln_cache_verify_report_free(&vr);
+  fill_record(&a, "fan-b", "u");
+  assert_int_equal(kiln_cache_put(f->c, &a, "fan-out bytes", 13, NULL, 0), KILN_EPERM);
+  assert_non_null(strstr(kiln_last_error(), fan));
+  assert_int_equal(kiln_cache_gc(&gr, f->c, 0), KILN_OK);
+  assert_int_equal(gr.removed_blobs, 0);
+  assert_int_equal(access(path, F_OK), 0); /* the file outside the cache is still there */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_created_0700_and_refuses_unsafe_dirs, setup, teardown),
@@ -341,6 +439,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_gc_evicts_lru_and_keeps_pins, setup, teardown),
       cmocka_unit_test_setup_teardown(test_rm_by_glob_and_read_only_layer, setup, teardown),
       cmocka_unit_test_setup_teardown(test_read_only_open_writes_nothing, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_index_files_must_be_regular_files, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_symlinked_fanout_is_never_followed, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
