@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# kiln doctor, check and probe (text and --json) change nothing, byte for
+# kiln doctor, check, probe, cache ls and cache stats (text and --json) change nothing, byte for
 # byte, directory metadata included, in: an empty directory, a path that does
 # not exist, a cache whose index is an older kiln's (schema 2, rollback
 # journal), a warm cache, and a warm cache whose index another process holds
@@ -35,9 +35,13 @@ inspect() {
     echo "$RC" >"$T/check$fmt.rc"
     RC=0; kiln probe --cache "$dir" $fmt >"$T/probe$fmt.out" 2>"$T/probe$fmt.err" || RC=$?
     echo "$RC" >"$T/probe$fmt.rc"
+    for verb in ls stats; do
+      RC=0; kiln cache $verb --cache "$dir" $fmt >"$T/$verb$fmt.out" 2>"$T/$verb$fmt.err" || RC=$?
+      echo "$RC" >"$T/$verb$fmt.rc"
+    done
   done
   diff -u <(echo "$before") <(tree_sum "$where" | grep -v "${SKIP_SHM:-^$}" || true) >&2 ||
-    fail "$dir changed (names, modes, sizes, mtimes or bytes) under kiln doctor, check and probe"
+    fail "$dir changed (names, modes, sizes, mtimes or bytes) under kiln doctor, check, probe, cache ls or stats"
 }
 rc_of() { cat "$T/$1.rc"; }
 cache_status() { json "$T/doctor--json.out" "[c['status'] for c in d['checks'] if c['id'] == '$1'][0]"; }
@@ -52,6 +56,8 @@ grep -q "MISSING scaled_softmax for sm_90" "$T/check.err" || fail "check: $(cat 
 expect_eq "$(cache_status cache_dir)" PASS "doctor's cache_dir on an empty directory"
 grep -q "no cache in it yet" "$T/doctor.out" || fail "doctor: $(cat "$T/doctor.out")"
 expect_eq "$(rc_of probe)" 0 "kiln probe"
+expect_eq "$(rc_of stats--json)" 0 "kiln cache stats on an empty directory"
+expect_eq "$(json "$T/stats--json.out" 'd["records"]')" 0 "cache stats: records in an empty directory"
 expect_eq "$(json "$T/probe--json.out" '[d.get("cache_error"), d["caches"][0]["records"]]')" "[null, 0]" "probe on an empty directory"
 
 log "a path that does not exist: not created"
@@ -80,6 +86,7 @@ expect_eq "$(sqlite_meta "$S")" "2 1" "the schema-2 index made for the test (ver
 inspect "$S" "$S"
 expect_eq "$(sqlite_meta "$S")" "2 1" "the schema-2 index after the inspections (version, journal)"
 expect_eq "$(rc_of check)" 0 "kiln check on the schema-2 cache (its record covers sm_90)"
+expect_eq "$(json "$T/ls--json.out" 'len(d)')" 1 "cache ls on the schema-2 cache"
 expect_eq "$(json "$T/check--json.out" 'd["ok"]')" true "check --json on the schema-2 cache"
 expect_eq "$(cache_status cache_dir)" PASS "doctor's cache_dir on the schema-2 cache"
 expect_eq "$(cache_status conflicts)" PASS "doctor's conflicts (a table schema 2 lacks) on the schema-2 cache"
@@ -99,6 +106,7 @@ touch -d '2 days ago' "$W/index.sqlite" # a last_used update would move it
 inspect "$W" "$W"
 expect_eq "$(rc_of check)" 0 "kiln check on the warm cache"
 expect_eq "$(rc_of check--json)" 0 "kiln check --json on the warm cache"
+expect_eq "$(rc_of ls)$(rc_of stats)" 00 "kiln cache ls and stats on the warm cache"
 expect_eq "$(cache_status cache_dir)" PASS "doctor's cache_dir on the warm cache"
 expect_eq "$(json "$T/probe--json.out" 'd["caches"][0]["records"]')" 1 "probe's records in the warm cache"
 [[ -e $W/index.sqlite-wal || -e $W/index.sqlite-shm ]] && fail "sqlite's -wal/-shm left in $W"
@@ -124,6 +132,7 @@ timeout 30 cat "$T/ready" >/dev/null || die "the writer did not start"
 # there, so its bytes are left out; everything else (the -wal included) is kept.
 SKIP_SHM=index.sqlite-shm inspect "$H" "$H"
 expect_eq "$(rc_of check)" 1 "kiln check on a cache whose only record was deleted in the -wal"
+expect_eq "$(json "$T/ls--json.out" 'len(d)')" 0 "cache ls reads through the -wal"
 expect_eq "$(json "$T/probe--json.out" 'd["caches"][0]["records"]')" 0 "probe's records (read through the -wal)"
 echo go >"$T/go"
 wait "$holder" || fail "the writer failed"
