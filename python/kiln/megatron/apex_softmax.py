@@ -93,47 +93,27 @@ def _masked_forward(name: str):  # type: ignore[no-untyped-def]
     return forward
 
 
-def _masked_backward(name: str):  # type: ignore[no-untyped-def]
+def _forward(name: str, n: int, op: str):  # type: ignore[no-untyped-def]
+    def forward(input: Tensor, scale: float | Tensor) -> Tensor:
+        """softmax(scale * input) over the last dimension (causal for
+        scaled_upper_triang_masked_softmax_cuda): input fp16/bf16,
+        [attn_batches, sq, sk] for the causal kernel, [b, np, sq, sk] else."""
+        _dims(name + ".forward", n, input)
+        _half(name + ".forward", input)
+        return getattr(torch.ops.kiln, op)(input, _scale(scale))
+
+    return forward
+
+
+def _backward(name: str, n: int, op: str):  # type: ignore[no-untyped-def]
     def backward(output_grads: Tensor, softmax_results: Tensor, scale: float | Tensor) -> Tensor:
         """The input gradient from the output's gradient and the forward's result
-        ([b, np, sq, sk] each, fp16/bf16)."""
-        _dims(name + ".backward", 4, output_grads, softmax_results)
+        (fp16/bf16, each of the forward input's shape)."""
+        _dims(name + ".backward", n, output_grads, softmax_results)
         _half(name + ".backward", output_grads, softmax_results)
-        return torch.ops.kiln.scaled_masked_softmax_backward(output_grads, softmax_results, _scale(scale))
+        return getattr(torch.ops.kiln, op)(output_grads, softmax_results, _scale(scale))
 
     return backward
-
-
-def _causal_forward(input: Tensor, scale: float | Tensor) -> Tensor:
-    """Causal softmax(scale * input): input [attn_batches, sq, sk] fp16/bf16."""
-    name = "scaled_upper_triang_masked_softmax_cuda.forward"
-    _dims(name, 3, input)
-    _half(name, input)
-    return torch.ops.kiln.scaled_upper_triang_masked_softmax(input, _scale(scale))
-
-
-def _causal_backward(output_grads: Tensor, softmax_results: Tensor, scale: float | Tensor) -> Tensor:
-    name = "scaled_upper_triang_masked_softmax_cuda.backward"
-    _dims(name, 3, output_grads, softmax_results)
-    _half(name, output_grads, softmax_results)
-    return torch.ops.kiln.scaled_upper_triang_masked_softmax_backward(
-        output_grads, softmax_results, _scale(scale)
-    )
-
-
-def _plain_forward(input: Tensor, scale: float | Tensor) -> Tensor:
-    """softmax(scale * input) over the last dimension: input [b, np, sq, sk] fp16/bf16."""
-    name = "scaled_softmax_cuda.forward"
-    _dims(name, 4, input)
-    _half(name, input)
-    return torch.ops.kiln.scaled_softmax(input, _scale(scale))
-
-
-def _plain_backward(output_grads: Tensor, softmax_results: Tensor, scale: float | Tensor) -> Tensor:
-    name = "scaled_softmax_cuda.backward"
-    _dims(name, 4, output_grads, softmax_results)
-    _half(name, output_grads, softmax_results)
-    return torch.ops.kiln.scaled_softmax_backward(output_grads, softmax_results, _scale(scale))
 
 
 def _module(name: str, **functions: object) -> types.ModuleType:
@@ -147,24 +127,27 @@ def _module(name: str, **functions: object) -> types.ModuleType:
 def _make() -> dict[str, types.ModuleType]:
     import kiln.torch.ops  # noqa: F401  (defines torch.ops.kiln.*)
 
+    m, c, p, g = (
+        "scaled_masked_softmax_cuda",
+        "scaled_upper_triang_masked_softmax_cuda",
+        "scaled_softmax_cuda",
+        "generic_scaled_masked_softmax_cuda",
+    )
     return {
-        "scaled_masked_softmax_cuda": _module(
-            "scaled_masked_softmax_cuda",
-            forward=_masked_forward("scaled_masked_softmax_cuda"),
-            backward=_masked_backward("scaled_masked_softmax_cuda"),
+        m: _module(
+            m,
+            forward=_masked_forward(m),
+            backward=_backward(m, 4, "scaled_masked_softmax_backward"),
             get_batch_per_block=get_batch_per_block,
         ),
-        "scaled_upper_triang_masked_softmax_cuda": _module(
-            "scaled_upper_triang_masked_softmax_cuda", forward=_causal_forward, backward=_causal_backward
+        c: _module(
+            c,
+            forward=_forward(c, 3, "scaled_upper_triang_masked_softmax"),
+            backward=_backward(c, 3, "scaled_upper_triang_masked_softmax_backward"),
         ),
-        "scaled_softmax_cuda": _module("scaled_softmax_cuda", forward=_plain_forward, backward=_plain_backward),
-        "generic_scaled_masked_softmax_cuda": _module(
-            "generic_scaled_masked_softmax_cuda",
-            forward=_masked_forward("generic_scaled_masked_softmax_cuda"),
-            backward=_masked_backward("generic_scaled_masked_softmax_cuda"),
-        ),
+        p: _module(p, forward=_forward(p, 4, "scaled_softmax"), backward=_backward(p, 4, "scaled_softmax_backward")),
+        g: _module(g, forward=_masked_forward(g), backward=_backward(g, 4, "scaled_masked_softmax_backward")),
     }
-
 
 MODULES: dict[str, types.ModuleType] = _make()
 scaled_masked_softmax_cuda = MODULES["scaled_masked_softmax_cuda"]
