@@ -8,7 +8,8 @@
 # interpreter the test is skipped (exit 77) with a one-line reason. The
 # package comes from SOURCE_DIR/python, libkiln and the kiln command from the
 # build tree, the CUDA driver is the fake one (tests/fakecuda) with host
-# memory as device memory, and the cache is a private temp directory.
+# memory as device memory, and the cache is a private temp directory (with
+# the kernels fixture as a read-only layer when IT_KERNELS_LAYER names it).
 set -euo pipefail
 py=$1 src=$2 lib=$3 exe=$4 fakecuda=$5 modules=$6
 shift 6
@@ -27,6 +28,12 @@ fi
 
 # The operator's KILN_* settings must not leak in (as tests/integration/lib.sh).
 for v in $(compgen -e | grep '^KILN_' || true); do unset "$v"; done
+# IT_KERNELS_LAYER (ctest sets it for the files about ops): the kernels
+# fixture, a read-only layer, so that the ops load rather than compile.
+if [[ -n ${IT_KERNELS_LAYER:-} ]]; then
+  [[ -f $IT_KERNELS_LAYER/index.sqlite ]] || { echo "no kernels fixture at $IT_KERNELS_LAYER (integration.fixture_kernels)"; exit 1; }
+  export KILN_CACHE_PATH=$IT_KERNELS_LAYER
+fi
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln-pytest.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 mkdir -m 700 "$tmp/cache"

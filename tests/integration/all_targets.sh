@@ -1,14 +1,52 @@
 #!/usr/bin/env bash
 # Every unit for every target (`kiln build --arch all`: each sm_XY NVRTC
-# supports from sm_80 up, plus PTX for the lowest and highest virtual arch):
-# everything builds, `kiln list` names every op, direction and dtype, and no
-# entry point of any unit spills registers or has a stack frame on any target
-# (check_resources.py, as resources.sh does for the softmax fixture). This is
-# the quick start's main job; it runs in the normal build only (NVRTC's time
-# is the same under the sanitizers).
+# supports from sm_80 up, plus PTX for the lowest and highest virtual arch),
+# the quick start's main job, in pieces that ctest runs side by side (a
+# single build of all of it takes longer than any test may):
+#
+#   all_targets.sh KILN FIXTURES part NAME ARCHS   every unit for those of ARCHS
+#       that --arch all names, into the fixture all_NAME (ARCHS not in
+#       --arch all here, e.g. sm_121 on an older NVRTC, are left out, said)
+#   all_targets.sh KILN FIXTURES check NAME...     over the "kernels" fixture
+#       (sm_80, sm_90, sm_100) and the parts named: every target of --arch
+#       all is in exactly one of them for every unit, `kiln check --arch
+#       all` passes over them as layers, `kiln list` names every op,
+#       direction and dtype, and no entry point of any unit spills registers
+#       or has a stack frame on any target (check_resources.py, as
+#       resources.sh does for the softmax fixture)
+#
+# Normal build only (NVRTC's time is the same under the sanitizers).
 . "$(dirname "$0")/lib.sh" "$@"
+. "$(dirname "$0")/fixture_lib.sh"
+mode=${3:?usage: all_targets.sh KILN FIXTURES part NAME ARCHS | check NAME...}
 
-cache=$T/cache
+# The targets --arch all names here, one per line (what `kiln check` finds
+# missing in an empty cache, for one unit).
+all_targets() {
+  new_cache "$T/empty"
+  kiln check --arch all --kernels bias_gelu --cache "$T/empty" --json >"$T/all.json" || true
+  json "$T/all.json" '"\n".join(m["target"] for m in d["missing"])'
+}
+
+if [[ $mode == part ]]; then
+  name=${4:?part NAME}
+  rm -rf "${FIXTURES:?}/all_$name" # a part built on another NVRTC must not count here
+  wanted=$(all_targets)
+  archs=()
+  for a in ${5//,/ }; do
+    t=$a
+    [[ $t == [0-9]* ]] && t=sm_$t
+    if grep -qx "$t" <<<"$wanted"; then archs+=("$t"); else log "$t: not in --arch all here, left out"; fi
+  done
+  ((${#archs[@]})) || skip "none of $5 is in --arch all here"
+  units=$(kiln list --json | python3 -c 'import json, sys; print(len(json.load(sys.stdin)["units"]))')
+  list=$(IFS=,; echo "${archs[*]}")
+  grow_fixture "all_$name" - "$list" '*' $((units * ${#archs[@]}))
+  install_fixture "all_$name"
+  exit 0
+fi
+[[ $mode == check ]] || die "unknown mode '$mode'"
+
 expect_exit 0 kiln list --json
 cp "$OUT" "$T/list.json"
 units=$(json "$T/list.json" 'len(d["units"])')
@@ -33,20 +71,34 @@ for m in bad:
 sys.exit(1 if bad else 0)
 PY
 
-IT_TIMEOUT=2000 expect_exit 0 kiln build --arch all --cache "$cache" --json
-cp "$OUT" "$T/build.json"
-targets=$(json "$T/build.json" 'd["targets"]')
-expect_eq "$(json "$T/build.json" '[d["failed"], d["built"] + d["hits"] == d["targets"]]')" "[0, true]" \
-  "build --arch all: failures, every target accounted for"
-log "$units units, $targets unit x target builds in $(json "$T/build.json" 'round(d["wall_ms"] / 1000, 1)') s"
-
+# Private copies of the kernels fixture and of every part (index_query writes beside an index).
+caches=()
+parts=("${@:4}")
+for d in "$(fixture kernels)" "${parts[@]/#/$FIXTURES/all_}"; do
+  [[ -f $d/index.sqlite ]] || { log "part ${d##*/all_}: none (its targets are not in --arch all here)"; continue; }
+  copy_cache "$d" "$T/c/${d##*/}"
+  caches+=("$T/c/${d##*/}")
+done
+all_targets >"$T/targets"
+targets=$(wc -l <"$T/targets")
 cols="unit, target, kind, registers, spill_stores, spill_loads, shared_bytes, stack_bytes, log_digest"
-index_query "$cache" "SELECT $cols FROM records ORDER BY unit, target" >"$T/records.tsv"
-expect_eq "$(wc -l <"$T/records.tsv")" "$targets" "records"
-per_unit=$(index_query "$cache" "SELECT count(DISTINCT target) FROM records GROUP BY unit" | sort -u)
-expect_eq "$per_unit" "$((targets / units))" "every unit has every target"
-# the largest register count per unit, for the log
-index_query "$cache" "SELECT unit, max(registers) FROM records WHERE kind = 'cubin' GROUP BY unit" |
-  sed 's/^/  max registers: /'
-python3 "$IT_SOURCE_DIR/tests/integration/check_resources.py" "$cache" "$T/records.tsv" "$T/list.json" ||
-  fail "resource usage check failed (see above)"
+in_list=$(sed "s/.*/'&'/" "$T/targets" | paste -sd,)
+: >"$T/pairs"
+for c in "${caches[@]}"; do
+  index_query "$c" "SELECT $cols FROM records WHERE target IN ($in_list) ORDER BY unit, target" >"$c.tsv"
+  cut -f1,2 "$c.tsv" >>"$T/pairs"
+  python3 "$IT_SOURCE_DIR/tests/integration/check_resources.py" "$c" "$c.tsv" "$T/list.json" ||
+    fail "resource usage check failed in ${c##*/} (see above)"
+  index_query "$c" "SELECT unit, max(registers) FROM records WHERE kind = 'cubin' GROUP BY unit" |
+    sed "s/^/  max registers (${c##*/}): /"
+done
+expect_eq "$(sort "$T/pairs" | uniq -d | wc -l)" 0 "(unit, target) pairs held twice"
+expect_eq "$(sort -u "$T/pairs" | wc -l)" $((units * targets)) \
+  "(unit, target) pairs of --arch all held ($units units x $targets targets)"
+for t in $(cat "$T/targets"); do
+  grep -q "	$t\$" "$T/pairs" || fail "$t (of --arch all) is in no part: add it to KILN_ALL_TARGET_PARTS in tests/integration/CMakeLists.txt"
+done
+layers=()
+for c in "${caches[@]}"; do layers+=(--cache "$c"); done
+expect_exit 0 kiln check --arch all "${layers[@]}"
+log "$units units x $targets targets: every one built, none spills"

@@ -4,9 +4,12 @@ in turn into every bad state, under every kiln command and the loader.
 
 The cases are generated, not written: TARGETS x STATES x COMMANDS, less the
 pairs that mean nothing (a directory cannot be cut short, nor made into a
-directory). Each case gets its own copy of the warm fixture cache, puts one
-state at one target, and runs one command under the command's bound. It passes
-when:
+directory). Each case gets its own copy of the fixture cache (the "small"
+one: bias_gelu for sm_90, whose compile and known-answer test take a second,
+so a case that rebuilds costs little), puts one state at one target, and runs
+one command under the command's bound. --pairs runs one case per (target,
+state) pair instead, the commands taken in turn, so every pair and every
+command is still met (the sanitizer build's subset). It passes when:
 
   - the command ends within its bound, by exit (no signal) with 0, 1 or 2, and
     no sanitizer report is in its output;
@@ -26,7 +29,7 @@ when:
 Cases listed in KNOWN_FAILURES are still run and reported (XFAIL, with what
 went wrong); one that passes is an error (XPASS), so the list cannot go stale.
 
-usage: file_states.py KILN FIXTURE_CACHE FAKE_LIBCUDA WORKDIR [--jobs N] [--only GLOB]
+usage: file_states.py KILN FIXTURE_CACHE FAKE_LIBCUDA WORKDIR [--jobs N] [--only GLOB] [--pairs]
 """
 import argparse
 import concurrent.futures
@@ -65,23 +68,27 @@ STATES = ["fifo", "symlink_out", "directory", "empty", "truncated", "garbage", "
           "unreadable"]
 NOT_FOR_DIRS = {"directory", "truncated"}  # a directory is one already, and has no length
 
+# The fixture's one unit and target (tests/integration/fixture_small.sh).
+UNIT, ARCH, TARGET = "bias_gelu", "90", "sm_90"
+
 # name: (arguments after "kiln", bound in seconds). --cache is added. The bounds are several
-# times the slowest passing run in the sanitizer build with 2 cases at a time on 2 cores (a
-# compile of scaled_softmax for sm_90: ~2 s alone, ~8 s loaded; the known-answer test of its 66
-# entry points: ~7 s under ASan alone), and small, since a hang costs its whole bound.
+# times the slowest passing run in the sanitizer build with 2 cases at a time on 2 cores (with
+# scaled_softmax, 114 entry points, the fixture's unit until issue 33: a compile ~8 s loaded, its
+# known-answer test ~7 s under ASan; bias_gelu takes about a second for each), and small, since a
+# hang costs its whole bound.
 COMMANDS = {
-    "build": (["build", "--arch", "90", "--kernels", "scaled_softmax"], 30),
+    "build": (["build", "--arch", ARCH, "--kernels", UNIT], 30),
     "cache_ls": (["cache", "ls"], 10),
     "cache_stats": (["cache", "stats"], 10),
     "cache_verify": (["cache", "verify"], 10),
     "cache_gc": (["cache", "gc", "--max-size", "1K"], 10),
-    "check": (["check", "--arch", "90", "--kernels", "scaled_softmax"], 10),
+    "check": (["check", "--arch", ARCH, "--kernels", UNIT], 10),
     "doctor": (["doctor"], 10),
     "probe": (["probe"], 10),
-    "warmup": (["warmup", "--kernels", "scaled_softmax"], 30),
+    "warmup": (["warmup", "--kernels", UNIT], 30),
     # offline: a miss is an error rather than a second compile (warmup above builds); the
     # known-answer test runs on whatever loaded
-    "warmup_verify": (["warmup", "--verify", "--offline", "--kernels", "scaled_softmax"], 60),
+    "warmup_verify": (["warmup", "--verify", "--offline", "--kernels", UNIT], 60),
 }
 
 # States a command may take for "nothing here" rather than a fault, as "target.state" -> why:
@@ -114,13 +121,23 @@ def cases():
                 yield t, s, c
 
 
+def pairs():
+    """One case per (target, state), the commands in turn: every pair and every command."""
+    names = list(COMMANDS)
+    seen = []
+    for t, s, _ in cases():
+        if (t, s) not in seen:
+            seen.append((t, s))
+    return [(t, s, names[i % len(names)]) for i, (t, s) in enumerate(seen)]
+
+
 # ---- the fixture --------------------------------------------------------------------------------
 
 def artifact_records(cache):
     db = sqlite3.connect(f"file:{cache}/index.sqlite?mode=ro", uri=True)
     try:
-        return db.execute("SELECT digest, size FROM records WHERE unit = 'scaled_softmax' "
-                          "AND target = 'sm_90'").fetchall()
+        return db.execute("SELECT digest, size FROM records WHERE unit = ? AND target = ?",
+                          (UNIT, TARGET)).fetchall()
     finally:
         db.close()
 
@@ -370,11 +387,13 @@ def drop_caps_prefix():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("kiln")
-    ap.add_argument("fixture", help="the warm fixture cache (scaled_softmax, sm_90)")
+    ap.add_argument("fixture", help=f"the small fixture cache ({UNIT}, {TARGET})")
     ap.add_argument("fakecuda", help="libkiln_fakecuda.so")
     ap.add_argument("work", help="an empty folder for the cases")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--only", default="*", help="run the cases whose target.state.command match")
+    ap.add_argument("--pairs", action="store_true",
+                    help="one case per (target, state) pair, the commands taken in turn")
     ap.add_argument("--list", action="store_true", help="print the cases and exit")
     a = ap.parse_args()
 
@@ -384,7 +403,7 @@ def main():
     env.kiln, env.fixture, env.work = a.kiln, a.fixture, os.path.join(a.work, "cases")
     recs = artifact_records(a.fixture)
     if len(recs) != 1:
-        raise SystemExit(f"the fixture should hold one scaled_softmax sm_90 record, not {recs}")
+        raise SystemExit(f"the fixture should hold one {UNIT} {TARGET} record, not {recs}")
     env.digest = recs[0][0]
     env.good = {r[0] for r in recs}
     env.wal_base = os.path.join(a.work, "wal-base")
@@ -397,7 +416,7 @@ def main():
     env.drop_caps = drop_caps_prefix()
     os.makedirs(env.work)
 
-    todo = [c for c in cases() if fnmatch.fnmatch(".".join(c), a.only)]
+    todo = [c for c in (pairs() if a.pairs else cases()) if fnmatch.fnmatch(".".join(c), a.only)]
     notes = []
     if env.drop_caps is None:
         todo = [c for c in todo if c[1] != "unreadable"]
@@ -409,7 +428,9 @@ def main():
     n_targets, n_states, n_cmds = len(TARGETS), len(STATES), len(COMMANDS)
     print(f"file_states: {n_targets} targets x {n_states} states x {n_cmds} commands, "
           f"{len(list(cases()))} cases (directories skip {sorted(NOT_FOR_DIRS)}), "
-          f"{len(todo)} to run on {a.jobs} workers", flush=True)
+          f"{len(todo)} to run on {a.jobs} workers"
+          + (" (--pairs: one per target and state, the commands in turn)" if a.pairs else ""),
+          flush=True)
 
     start = time.monotonic()
     results = []

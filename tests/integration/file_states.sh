@@ -6,10 +6,14 @@
 # 4 GiB sparse and unreadable file, under every command and the loader (fake
 # driver). Each case must end inside its command's bound with exit 0, 1 or 2,
 # name the file when it fails, touch nothing outside the cache and hand the
-# driver only the fixture's own images. FILE_STATES_ONLY=GLOB runs a subset.
+# driver only the fixture's own images. FILE_STATES_ONLY=GLOB runs a subset;
+# FILE_STATES_PAIRS=1 (the sanitizer build) one case per (target, state), the
+# commands in turn.
 . "$(dirname "$0")/lib.sh" "$@"
 [[ -f ${IT_FAKECUDA:-} ]] || skip "no fake libcuda (tests/fakecuda needs a C++ compiler)"
 command -v mkfifo >/dev/null || skip "no mkfifo"
-python3 "$(dirname "$0")/file_states.py" "$KILN_BIN" "$(fixture warm)" "$IT_FAKECUDA" "$T" \
-  --jobs "${FILE_STATES_JOBS:-2}" --only "${FILE_STATES_ONLY:-*}" ||
+pairs=()
+[[ ${FILE_STATES_PAIRS:-0} == 1 ]] && pairs=(--pairs)
+python3 "$(dirname "$0")/file_states.py" "$KILN_BIN" "$(fixture small)" "$IT_FAKECUDA" "$T" \
+  --jobs "${FILE_STATES_JOBS:-2}" --only "${FILE_STATES_ONLY:-*}" "${pairs[@]}" ||
   fail "the file-state matrix has failing cases (above)"

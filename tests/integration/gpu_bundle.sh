@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU bundle (scripts/gpu-bundle, docs/gpu.md) works before any GPU does:
 #   - scripts/gpu-bundle builds it from scratch (its own build directory,
-#     Release, the kernel cache for sm_90 + sm_100 + PTX by NVRTC) in at most
-#     40 MiB, and its own check passes;
+#     Release; the kernel cache for sm_90 + sm_100 + PTX from BUNDLE_CACHE,
+#     exported from the kernels fixture) in at most 40 MiB, and its own check
+#     passes;
 #   - moved to another path (the first copy removed), in a mount namespace
 #     where the system's sqlite3, curl, jansson, cmocka, OpenSSL libraries and
 #     the CUDA toolkit (so NVRTC and NCCL too) are hidden:
@@ -26,9 +27,16 @@ fakenccl=$(dirname "$IT_FAKECUDA")/libkiln_fakenccl.so
 src=${IT_SOURCE_DIR:?}
 glibc_re='^(linux-vdso|ld-linux-x86-64|libc|libm|libmvec|libdl|libpthread|librt|libresolv|libutil|libanl|libnsl)\.so\.[0-9.]+$'
 
-log "scripts/gpu-bundle, from scratch"
+# The kernels: the kernels fixture's sm_90, sm_100 and compute_90 (compiling
+# them is fixture_kernels' work), as BUNDLE_CACHE, which the script checks
+# with `kiln check --arch` before it ships it.
+new_cache "$T/export-primary"
+KILN_CACHE_PATH=$(fixture kernels) expect_exit 0 kiln cache export "$T/kernels.tar" --arch 90,100,compute_90 \
+  --cache "$T/export-primary"
+expect_exit 0 kiln cache import "$T/kernels.tar" --cache "$T/kernels"
+log "scripts/gpu-bundle, from scratch (the kernels from BUNDLE_CACHE)"
 start=$SECONDS
-timeout -k 10 900 "$src/scripts/gpu-bundle" --build-dir "$T/build" "$T/made" >"$OUT" 2>"$ERR" || {
+BUNDLE_CACHE=$T/kernels timeout -k 10 900 "$src/scripts/gpu-bundle" --build-dir "$T/build" "$T/made" >"$OUT" 2>"$ERR" || {
   tail -30 "$ERR" >&2
   die "scripts/gpu-bundle failed"
 }
