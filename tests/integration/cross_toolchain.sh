@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A cache built by one NVRTC is used by a process with another (docs/loader.md,
-# "Artifacts of another NVRTC"). Caches of the 3 softmax units are built with
+# "Artifacts of another NVRTC"). Caches of the 3 bias_* units (the smallest:
+# seconds to compile) are built with
 # the wheels' NVRTCs (KILN_NVRTC_LIBRARY), then the loader runs on the fake
 # driver with the toolkit's NVRTC 13.0 as its own. Each case is a cache, a GPU
 # arch and a driver version; what the loader does (kiln warmup --json: the
@@ -38,10 +39,10 @@ own=$(sed -n 's/^NVRTC \([0-9.]*\): .*/\1/p' "$OUT")
 [[ $own == 13.0 ]] || skip "the NVRTC found by default here is '${own:-none}', not the toolkit's 13.0"
 
 log "the caches: NVRTC 12.9 (sm_90 + compute_90), NVRTC 13.5 (compute_90)"
-KILN_NVRTC_LIBRARY=$lib12 expect_exit 0 kiln build --arch 90+ptx --kernels 'scaled_*' --cache "$T/c12"
+KILN_NVRTC_LIBRARY=$lib12 expect_exit 0 kiln build --arch 90+ptx --kernels 'bias_*' --cache "$T/c12"
 expect_eq "$(index_query "$T/c12" "SELECT DISTINCT toolchain FROM records")" nvrtc-12.9 "c12's toolchain"
 expect_eq "$(index_query "$T/c12" "SELECT count(*) FROM records")" 6 "c12's records (3 units x sm_90, compute_90)"
-KILN_NVRTC_LIBRARY=$lib135 expect_exit 0 kiln build --arch compute_90 --kernels 'scaled_*' --cache "$T/c135"
+KILN_NVRTC_LIBRARY=$lib135 expect_exit 0 kiln build --arch compute_90 --kernels 'bias_*' --cache "$T/c135"
 expect_eq "$(index_query "$T/c135" "SELECT DISTINCT toolchain FROM records")" nvrtc-13.5 "c135's toolchain"
 digest=$(index_query "$T/c135" "SELECT digest FROM records LIMIT 1")
 expect_eq "$(grep -m1 '^\.version' "$(blob_path "$T/c135" "$digest")")" ".version 9.5" "the PTX ISA NVRTC 13.5 writes"
@@ -52,7 +53,7 @@ run_() {
   local dir=$T/run-$(basename "$1")-$2-$3
   cp -a "$1" "$dir"
   KILN_CUDA_LIBRARY=$IT_FAKECUDA KILN_FAKE_CUDA_DRIVER=$3 KILN_FAKE_CUDA_DEVICES=$2 \
-    kiln warmup --kernels 'scaled_*' --cache "$dir" --json >"$OUT" 2>"$ERR" && RC=0 || RC=$?
+    kiln warmup --kernels 'bias_*' --cache "$dir" --json >"$OUT" 2>"$ERR" && RC=0 || RC=$?
   RUN_DIR=$dir
 }
 loaded() { json "$OUT" 'sorted({u["source"] for u in d["devices"][0].get("units", [])}) or ["none"]'; }
@@ -69,10 +70,10 @@ case_() {
   KILN_CUDA_LIBRARY=$IT_FAKECUDA KILN_FAKE_CUDA_DRIVER=$drv KILN_FAKE_CUDA_DEVICES=$arch \
     expect_exit 0 kiln probe --json --cache "$dir"
   cp "$OUT" "$T/probe.json"
-  kiln check --arch "$arch" --driver "$ver" --kernels 'scaled_*' --cache "$dir" --json >"$T/check.json" 2>"$ERR" && rc=0 || rc=$?
+  kiln check --arch "$arch" --driver "$ver" --kernels 'bias_*' --cache "$dir" --json >"$T/check.json" 2>"$ERR" && rc=0 || rc=$?
   run_ "$cache" "$arch" "$drv"
   local probe_says check_says
-  probe_says=$(json "$T/probe.json" 'sorted({u["would_load"] if u["would_load"] != "missing" else ("built" if u["if_missing"].startswith("would build") else "none") for u in d["units"] if u["unit"].startswith("scaled_")})')
+  probe_says=$(json "$T/probe.json" 'sorted({u["would_load"] if u["would_load"] != "missing" else ("built" if u["if_missing"].startswith("would build") else "none") for u in d["units"] if u["unit"].startswith("bias_")})')
   # check covers the cache only: what loads from it, or "missing"
   check_says=$(json "$T/check.json" 'sorted({i["source"] or "missing" for i in d["items"]})')
   if [[ $want == none ]]; then
@@ -108,7 +109,7 @@ expect_eq "$(index_query "$T/run-c135-100-13010" "SELECT DISTINCT toolchain FROM
 log "kiln check --driver for the PTX targets themselves"
 for c in "c12 12.8 1" "c12 12.9 0" "c135 13.1 1" "c135 13.5 0" "c135 12.9 1"; do
   set -- $c
-  kiln check --arch compute_90 --driver "$2" --kernels 'scaled_*' --cache "$T/$1" >"$OUT" 2>"$ERR" && rc=0 || rc=$?
+  kiln check --arch compute_90 --driver "$2" --kernels 'bias_*' --cache "$T/$1" >"$OUT" 2>"$ERR" && rc=0 || rc=$?
   expect_eq "$rc" "$3" "check --arch compute_90 --driver $2 of $1"
 done
 
@@ -119,14 +120,14 @@ if ! command -v nginx >/dev/null || ! command -v curl >/dev/null; then
 fi
 . "$(dirname "$0")/remote_lib.sh"
 R=$(serve r12)
-KILN_NVRTC_LIBRARY=$lib12 expect_exit 0 kiln build --arch 90+ptx --kernels 'scaled_*' --cache "$T/c12" \
+KILN_NVRTC_LIBRARY=$lib12 expect_exit 0 kiln build --arch 90+ptx --kernels 'bias_*' --cache "$T/c12" \
   --remote "$R" --upload --json
 expect_eq "$(json "$OUT" 'd["uploaded"]')" 6 "records uploaded to the remote"
-# A read-only layer holding one unit's 12.9 records (scaled_softmax), as an
+# A read-only layer holding one unit's 12.9 records (bias_gelu), as an
 # image's cache for part of the kernels would.
 cp -a "$T/c12" "$T/layer"
-kiln cache rm --cache "$T/layer" 'scaled_*masked*' >"$OUT" 2>"$ERR" || die "kiln cache rm: $(cat "$ERR")"
-expect_eq "$(index_query "$T/layer" "SELECT count(*) FROM records")" 2 "the layer's records (scaled_softmax)"
+kiln cache rm --cache "$T/layer" 'bias_[ds]*' >"$OUT" 2>"$ERR" || die "kiln cache rm: $(cat "$ERR")"
+expect_eq "$(index_query "$T/layer" "SELECT count(*) FROM records")" 2 "the layer's records (bias_gelu)"
 
 # remote_case ARCH LAYER WANT_SOURCES WANT_BUILT
 remote_case() {
@@ -136,7 +137,7 @@ remote_case() {
   log "remote of 12.9, sm_$arch, driver 13.0, $([[ -n $layer ]] && echo "a layer with one unit's 12.9 records" || echo "no 12.9 record here")"
   KILN_CUDA_LIBRARY=$IT_FAKECUDA KILN_FAKE_CUDA_DRIVER=13000 KILN_FAKE_CUDA_DEVICES=$arch \
     KILN_REMOTE_URL=$R KILN_CACHE_PATH=$layer \
-    kiln warmup --kernels 'scaled_*' --cache "$dir" --json >"$OUT" 2>"$ERR" && RC=0 || RC=$?
+    kiln warmup --kernels 'bias_*' --cache "$dir" --json >"$OUT" 2>"$ERR" && RC=0 || RC=$?
   expect_eq "$RC" 0 "remote sm_$arch: warmup's exit status"
   expect_eq "$(loaded)" "$want" "remote sm_$arch: what the loader did"
   expect_eq "$(built)" "$want_built" "remote sm_$arch: units built"

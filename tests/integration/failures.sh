@@ -9,21 +9,22 @@
 #  - KILN_FAILURE_TTL=0 leaves no failure that outlives the build.
 . "$(dirname "$0")/lib.sh" "$@"
 
-copy_cache "$(fixture warm)" "$T/warm"
-key=$(index_query "$T/warm" "SELECT key FROM records") # scaled_softmax sm_90
-build=(build --arch 90 --kernels scaled_softmax)
+# bias_gelu and bias_swiglu (two of the smallest units: a second each to compile)
+copy_cache "$(fixture small)" "$T/small"
+key=$(index_query "$T/small" "SELECT key FROM records") # bias_gelu sm_90
+build=(build --arch 90 --kernels bias_gelu)
 
 log "one unit fails, another compiles"
 c=$T/cache
-KILN_TEST_INJECT_COMPILE_ERROR=scaled_softmax expect_exit 1 kiln build --arch 90 --kernels 'scaled_[sm]*' --cache "$c"
-expect_stderr_contains "FAILED scaled_softmax sm_90"
+KILN_TEST_INJECT_COMPILE_ERROR=bias_gelu expect_exit 1 kiln build --arch 90 --kernels 'bias_[gs]*' --cache "$c"
+expect_stderr_contains "FAILED bias_gelu sm_90"
 expect_stderr_contains "log tail"
 expect_stderr_contains "kiln_injected_compile_error" "the log tail shows NVRTC's error"
 expect_stdout_contains "2 targets, 0 cache hits, 1 built, 1 failed"
-expect_eq "$(index_query "$c" "SELECT unit || ' ' || target FROM records")" "scaled_masked_softmax sm_90" \
+expect_eq "$(index_query "$c" "SELECT unit || ' ' || target FROM records")" "bias_swiglu sm_90" \
   "records after the partly failed build"
 expect_eq "$(index_query "$c" "SELECT key || ' ' || unit || ' ' || target FROM failures")" \
-  "$key scaled_softmax sm_90" "the failure record: key, unit, target"
+  "$key bias_gelu sm_90" "the failure record: key, unit, target"
 index_query "$c" "SELECT log FROM failures" | grep -F "kiln_injected_compile_error" >/dev/null ||
   fail "the failure record does not hold NVRTC's log"
 expect_exit 0 kiln cache stats --json --cache "$c"
@@ -55,7 +56,7 @@ expect_stdout_contains "0 bad"
 log "KILN_FAILURE_TTL=0"
 c=$T/ttl0
 KILN_FAILURE_TTL=0 KILN_TEST_INJECT_COMPILE_ERROR='*' expect_exit 1 kiln "${build[@]}" --cache "$c"
-expect_stderr_contains "FAILED scaled_softmax sm_90"
+expect_stderr_contains "FAILED bias_gelu sm_90"
 expect_exit 0 kiln cache stats --json --cache "$c"
 expect_eq "$(json "$OUT" 'd["failures"]')" 0 "unexpired failures with KILN_FAILURE_TTL=0"
 expect_exit 0 kiln "${build[@]}" --cache "$c" --json

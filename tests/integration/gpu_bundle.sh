@@ -30,10 +30,7 @@ glibc_re='^(linux-vdso|ld-linux-x86-64|libc|libm|libmvec|libdl|libpthread|librt|
 # The kernels: the kernels fixture's sm_90, sm_100 and compute_90 (compiling
 # them is fixture_kernels' work), as BUNDLE_CACHE, which the script checks
 # with `kiln check --arch` before it ships it.
-new_cache "$T/export-primary"
-KILN_CACHE_PATH=$(fixture kernels) expect_exit 0 kiln cache export "$T/kernels.tar" --arch 90,100,compute_90 \
-  --cache "$T/export-primary"
-expect_exit 0 kiln cache import "$T/kernels.tar" --cache "$T/kernels"
+subset_cache "$(fixture kernels)" 90,100,compute_90 '*' "$T/kernels"
 log "scripts/gpu-bundle, from scratch (the kernels from BUNDLE_CACHE)"
 start=$SECONDS
 BUNDLE_CACHE=$T/kernels timeout -k 10 900 "$src/scripts/gpu-bundle" --build-dir "$T/build" "$T/made" >"$OUT" 2>"$ERR" || {

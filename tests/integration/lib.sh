@@ -15,8 +15,8 @@
 #   wait_for SECS WHAT CMD.. polls CMD until it succeeds, bounded
 #   json FILE EXPR           a Python expression over the JSON in FILE (as d), printed
 #   index_query DIR SQL      rows of DIR/index.sqlite, tab-separated (private copies only)
-#   fixture NAME, copy_cache SRC DST, new_cache DIR, cache_state DIR, tree_sum DIR,
-#   tmp_files DIR, blob_path DIR DIGEST
+#   fixture NAME, copy_cache SRC DST, subset_cache SRC ARCH GLOB DST, new_cache DIR,
+#   cache_state DIR, tree_sum DIR, tmp_files DIR, blob_path DIR DIGEST
 #   masked CMD...            CMD in a mount namespace with the paths in HIDE hidden (default:
 #                            the CUDA toolkit) and the variables in HIDE_ENV unset;
 #                            require_masking skips where that cannot be done
@@ -174,6 +174,19 @@ cache_state() {
     FROM records ORDER BY key"
   index_query "$1" "SELECT * FROM failures ORDER BY key"
   (cd "$1" && find cas tmp quarantine -printf '%p %y %m %s\n' | sort)
+}
+
+# subset_cache SRC ARCH GLOB DST: a new cache DST holding SRC's records for the
+# targets ARCH and the units GLOB, through `kiln cache export | import` (the
+# way to take part of a fixture: SRC is read as a layer, never written; build
+# logs are not carried, so log_digest is empty in DST).
+subset_cache() {
+  mkdir -p -m 700 "$T/.subset-primary"
+  KILN_CACHE_PATH=$1 "$KILN_BIN" cache export "$T/.subset.tar" --arch "$2" --kernels "$3" \
+    --cache "$T/.subset-primary" >/dev/null 2>"$T/.subset.err" &&
+    "$KILN_BIN" cache import "$T/.subset.tar" --cache "$4" >/dev/null 2>>"$T/.subset.err" ||
+    die "subset of $1 ($2, $3) into $4: $(cat "$T/.subset.err")"
+  rm -f "$T/.subset.tar"
 }
 
 # blob_path DIR DIGEST

@@ -3,7 +3,7 @@
 # every /usr/local/cuda* is hidden under an empty tmpfs (so no cuda.h, nvrtc.h,
 # nvcc or toolkit library can be found), configure and build libkiln and the
 # `kiln` command from this source tree, then `kiln build --arch 90 --kernels
-# 'scaled_*'` with the NVRTC of the nvidia-cuda-nvrtc-cu12 wheel (12.9) and of
+# 'bias_*'` with the NVRTC of the nvidia-cuda-nvrtc-cu12 wheel (12.9) and of
 # the torch-style nvidia/cu13 layout (nvidia-cuda-nvrtc, 13.5), each found
 # through VIRTUAL_ENV. Prints the build's time with the toolkit hidden and
 # with it present (both from scratch, same targets, same -j).
@@ -45,10 +45,10 @@ kiln_nt=$T/nt/kiln
 for case in "cu12 $v12 12.9 libnvrtc.so.12" "cu13 $v13 13.5 libnvrtc.so.13"; do
   read -r name venv ver soname <<<"$case"
   lib=$(wheel_lib "$venv" "$soname")
-  log "$name: kiln build --arch 90 --kernels 'scaled_*' with the wheel's NVRTC $ver"
+  log "$name: kiln build --arch 90 --kernels 'bias_*' with the wheel's NVRTC $ver"
   VIRTUAL_ENV=$venv masked "$kiln_nt" --version >"$OUT" 2>"$ERR" || fail "$name: kiln --version failed"
   expect_stdout_contains "NVRTC $ver: $lib (found by NVIDIA's wheels under $venv (VIRTUAL_ENV))"
-  VIRTUAL_ENV=$venv KILN_LOG=info masked "$kiln_nt" build --arch 90 --kernels 'scaled_*' --cache "$T/c-$name" >"$OUT" 2>"$ERR" ||
+  VIRTUAL_ENV=$venv KILN_LOG=info masked "$kiln_nt" build --arch 90 --kernels 'bias_*' --cache "$T/c-$name" >"$OUT" 2>"$ERR" ||
     { fail "$name: kiln build failed"; sed 's/^/  stderr| /' "$ERR" | tail -20 >&2; }
   expect_stderr_contains "NVRTC $ver from $lib"
   expect_eq "$(index_query "$T/c-$name" "SELECT DISTINCT toolchain FROM records")" "nvrtc-$ver" "$name: the records' toolchain"

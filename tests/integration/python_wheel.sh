@@ -7,10 +7,14 @@
 # PYTHONPATH, KILN_LIBRARY or KILN_EXE:
 #   - `kiln --version` (the console script) finds NVRTC in the nvidia wheels of
 #     the .pth'd site-packages (kiln/_paths.py: not the fresh venv's sys.prefix);
-#   - `python -m kiln build --arch 90 --kernels 'scaled_*'` fills a cache;
+#   - `python -m kiln build --arch 90 --kernels 'bias_*'` fills a cache (the
+#     three smallest units: the wheel's NVRTC is another toolchain than the
+#     fixtures', so whatever runs here is compiled here);
 #   - `import kiln` loads the package's own libkiln;
-#   - python/tests/test_api.py and test_ops.py (ops on the fake driver) pass
-#     against the installed package.
+#   - python/tests/test_api.py and test_ops.py's tests of the bias_* ops (on
+#     the fake driver) pass against the installed package: the package and its
+#     libkiln as installed; every op is tested against the build tree by
+#     python.ops.
 # Prints the wheel's build time, its size and the installed size.
 #
 # The interpreter is IT_TEST_PYTHON (KILN_TEST_PYTHON: scripts/python-env's
@@ -94,10 +98,10 @@ nvrtc_ver=$(sed -n 's/^NVRTC \([0-9.]*\): .*/\1/p' "$OUT")
 KILN_PYTHON_PREFIX=$T/nowhere masked "$T/venv/bin/kiln" --version >"$OUT" 2>"$ERR" || true
 grep -q "under $torch_prefix (KILN_PYTHON_PREFIX)" "$OUT" && fail "KILN_PYTHON_PREFIX set by the user was overridden"
 
-log "python -m kiln build --arch 90 --kernels 'scaled_*'"
-masked "$vpy" -m kiln build --arch 90 --kernels 'scaled_*' --cache "$T/c" >"$OUT" 2>"$ERR" ||
+log "python -m kiln build --arch 90 --kernels 'bias_*'"
+masked "$vpy" -m kiln build --arch 90 --kernels 'bias_*' --cache "$T/c" >"$OUT" 2>"$ERR" ||
   { fail "python -m kiln build failed"; sed 's/^/  stderr| /' "$ERR" | tail -20 >&2; }
-expect_eq "$(index_query "$T/c" "SELECT count(*) FROM records WHERE target = 'sm_90'")" 3 "sm_90 records of the 3 scaled_* units"
+expect_eq "$(index_query "$T/c" "SELECT count(*) FROM records WHERE target = 'sm_90'")" 3 "sm_90 records of the 3 bias_* units"
 expect_eq "$(index_query "$T/c" "SELECT DISTINCT toolchain FROM records")" "nvrtc-$nvrtc_ver" "the records' toolchain (the wheel's NVRTC)"
 
 log "import kiln with no LD_LIBRARY_PATH: the package's own libkiln"
@@ -116,7 +120,7 @@ tests=("$src/python/tests/test_api.py")
 mkdir -m 700 "$T/ops-cache"
 KILN_CUDA_LIBRARY=$T/libkiln_fakecuda.so KILN_FAKE_CUDA_HOST_MEMORY=1 KILN_CACHE_DIR=$T/ops-cache \
   PYTHONDONTWRITEBYTECODE=1 masked env -C "$T" "$vpy" -m pytest -q -p no:cacheprovider \
-  --basetemp="$T/pytest" "${tests[@]}" >"$OUT" 2>&1 || {
+  --basetemp="$T/pytest" -k 'not test_ops.py or bias_gelu or bias_swiglu or dropout' "${tests[@]}" >"$OUT" 2>&1 || {
   fail "pytest ${tests[*]##*/} failed against the installed package"
   tail -40 "$OUT" >&2
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The remote cache under faults. The server starts from good artifacts (the
-# warm fixture, scaled_softmax sm_90, uploaded to nginx); then each fault must
+# small fixture, bias_gelu sm_90, uploaded to nginx); then each fault must
 # end in a local compile, exit 0, within a bound, with nothing bad stored:
 #  1. server down (a closed port)           < 20 s, remote.errors > 0
 #  2. every request 500 (fault_server.py)   bounded, remote.errors > 0
@@ -17,13 +17,14 @@
 #  9. offline (the loader, fake libcuda, KILN_OFFLINE=1): a broken remote is a
 #     clear error naming the unit and the remote, exit 1, nothing compiled; a
 #     good remote loads the fetched CUBIN
-# Compiles: scaled_softmax sm_90 once per fallback case (9), and 22 injected
+# Compiles: bias_gelu sm_90 (the smallest unit: a second; the bounds above
+# are for the remote's part) once per fallback case (9), and 22 injected
 # failures (instant) for the breaker.
 . "$(dirname "$0")/lib.sh" "$@"
 . "$(dirname "$0")/remote_lib.sh"
 
 kiln build --help | grep -q -- --remote || skip "this kiln has no remote cache (kiln build --remote)"
-build() { kiln build --arch 90 --kernels scaled_softmax --json "$@"; }
+build() { kiln build --arch 90 --kernels bias_gelu --json "$@"; }
 n_cache=0
 fresh() { n_cache=$((n_cache + 1)); C=$T/c$n_cache; new_cache "$C"; }
 # fallback WHAT: the last build compiled the target itself (exit checked by the caller)
@@ -44,14 +45,14 @@ clean() {
 stat_gt0() { [[ $(remote_stat "$C" "$2") -gt 0 ]] || fail "$1: remote.$2 is 0"; }
 
 # ---- the good artifacts ----
-copy_cache "$(fixture warm)" "$T/W"
+copy_cache "$(fixture small)" "$T/W"
 P=$(serve pub)
 expect_exit 0 build --cache "$T/W" --remote "$P" --upload
 expect_eq "$(json "$OUT" 'd["uploaded"]')" 1 "setup: uploaded"
 key=$(json "$OUT" 'd["items"][0]["key"]')
 digest=$(json "$OUT" 'd["items"][0]["digest"]')
 [[ -f $T/pub/root/ac/$key && -f $T/pub/root/cas/$digest ]] || die "setup: the upload left no ac/cas files"
-log "setup: scaled_softmax sm_90 on the server ($P)"
+log "setup: bias_gelu sm_90 on the server ($P)"
 
 # ---- 1. server down ----
 U=$(closed_url)
@@ -115,7 +116,7 @@ fresh
 expect_exit 0 build --cache "$C" --remote "$X"
 fallback "wrong bytes"
 stat_gt0 "wrong bytes" rejected
-grep -i "remote cache" "$ERR" | grep -q "scaled_softmax" || fail "wrong bytes: no warning naming the unit: $(head -3 "$ERR")"
+grep -i "remote cache" "$ERR" | grep -q "bias_gelu" || fail "wrong bytes: no warning naming the unit: $(head -3 "$ERR")"
 clean "wrong bytes"
 log "wrong bytes: rejected with a warning, compiled locally, verify clean"
 
@@ -141,7 +142,7 @@ fallback "unsigned record, client with a key"
 stat_gt0 "unsigned record" rejected
 # (b) records signed with key2
 Z=$(serve signed)
-copy_cache "$(fixture warm)" "$T/W2"
+copy_cache "$(fixture small)" "$T/W2"
 KILN_REMOTE_HMAC_KEY_FILE=$T/key2 expect_exit 0 build --cache "$T/W2" --remote "$Z" --upload
 expect_eq "$(json "$OUT" 'd["uploaded"]')" 1 "signed: uploaded"
 grep -q '"signature"' "$T/signed/root/ac/$key" || fail "signed: the uploaded record has no signature"
@@ -180,8 +181,8 @@ log "breaker: $targets targets, server down: turned off once, in ${ELAPSED}s"
 if [[ -f ${IT_FAKECUDA:-} ]]; then
   export KILN_CUDA_LIBRARY=$IT_FAKECUDA KILN_FAKE_CUDA_DEVICES=90
   fresh
-  KILN_OFFLINE=1 KILN_REMOTE_URL=$U expect_exit 1 kiln warmup --kernels scaled_softmax --cache "$C"
-  expect_stderr_contains "scaled_softmax" "the unit"
+  KILN_OFFLINE=1 KILN_REMOTE_URL=$U expect_exit 1 kiln warmup --kernels bias_gelu --cache "$C"
+  expect_stderr_contains "bias_gelu" "the unit"
   expect_stderr_contains "KILN_OFFLINE=1 forbids building it here"
   expect_stderr_contains "remote cache $U" "the remote and its failure"
   if [[ -f $C/index.sqlite ]]; then
@@ -189,7 +190,7 @@ if [[ -f ${IT_FAKECUDA:-} ]]; then
       0/0 "offline, remote down: compile runs / records"
   fi
   fresh
-  KILN_OFFLINE=1 KILN_REMOTE_URL=$P expect_exit 0 kiln warmup --kernels scaled_softmax --cache "$C" --json
+  KILN_OFFLINE=1 KILN_REMOTE_URL=$P expect_exit 0 kiln warmup --kernels bias_gelu --cache "$C" --json
   expect_eq "$(json "$OUT" '[u["source"] + " " + u["target"] for x in d["devices"] for u in x["units"]]')" \
     '["exact CUBIN sm_90"]' "offline, good remote: what was loaded"
   expect_eq "$(index_query "$C" "SELECT count(*) FROM builds")" 0 "offline, good remote: compile runs"

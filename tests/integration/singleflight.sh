@@ -9,12 +9,14 @@
 #     a stale timeout of 10 minutes;
 #  4. a lease of another host that stopped renewing holds others back for the
 #     stale timeout, no longer.
+# The target is bias_gelu sm_90 (the small fixture's): the smallest unit, so
+# each of the runs that compile costs about a second.
 . "$(dirname "$0")/lib.sh" "$@"
 
-args=(build --arch 90 --kernels scaled_softmax -j 1 --json)
-key=$(index_query "$(copy_cache "$(fixture warm)" "$T/warm" && echo "$T/warm")" \
-  "SELECT key FROM records WHERE unit = 'scaled_softmax' AND target = 'sm_90'")
-[[ $key =~ ^[0-9a-f]{64}$ ]] || die "no key for scaled_softmax sm_90 in the warm fixture"
+args=(build --arch 90 --kernels bias_gelu -j 1 --json)
+key=$(index_query "$(copy_cache "$(fixture small)" "$T/small" && echo "$T/small")" \
+  "SELECT key FROM records WHERE unit = 'bias_gelu' AND target = 'sm_90'")
+[[ $key =~ ^[0-9a-f]{64}$ ]] || die "no key for bias_gelu sm_90 in the small fixture"
 
 # ---- 1. sixteen processes, one build ----
 N=16
@@ -69,7 +71,7 @@ wait "$waiter" || rc=$?
 BG_PIDS=()
 expect_eq "$rc" 0 "exit status of the process that took over"
 expect_eq "$(json "$T/b.out" '[d["built"], d["taken_over"]]')" "[1, 1]" "built, taken over"
-grep -q "took over the build of scaled_softmax sm_90 from $(hostname | cut -c1-63) pid $holder (process gone" "$T/b.err" ||
+grep -q "took over the build of bias_gelu sm_90 from $(hostname | cut -c1-63) pid $holder (process gone" "$T/b.err" ||
   fail "no take-over line naming the dead holder: $(cat "$T/b.err")"
 log "took over and built in $((SECONDS - start)) s after the kill"
 expect_exit 0 kiln cache verify --cache "$cache" --json
@@ -79,12 +81,12 @@ expect_eq "$(index_query "$cache" "SELECT count(*) FROM leases")" 0 "leases left
 # ---- 3. a lease of a dead pid on this host ----
 cache=$T/c3
 new_cache "$cache"
-kiln build --arch 80 --kernels scaled_softmax --cache "$cache" >/dev/null 2>&1 || true # creates the index
+kiln cache verify --cache "$cache" >/dev/null 2>&1 || true # creates the index
 true &
 dead=$!
 wait "$dead"
 now_ms=$(($(date +%s%N) / 1000000))
-index_query "$cache" "INSERT INTO leases VALUES('$key', 'scaled_softmax', 'sm_90', '$(hostname | cut -c1-63)',
+index_query "$cache" "INSERT INTO leases VALUES('$key', 'bias_gelu', 'sm_90', '$(hostname | cut -c1-63)',
   $dead, 'deadbeef', $now_ms, $now_ms)" >/dev/null
 start=$SECONDS
 KILN_LEASE_STALE=600 expect_exit 0 kiln "${args[@]}" --cache "$cache"
@@ -94,9 +96,9 @@ expect_eq "$(json "$OUT" '[d["built"], d["taken_over"]]')" "[1, 1]" "dead pid's 
 # ---- 4. another host's lease, not renewed ----
 cache=$T/c4
 new_cache "$cache"
-kiln build --arch 80 --kernels scaled_softmax --cache "$cache" >/dev/null 2>&1 || true
+kiln cache verify --cache "$cache" >/dev/null 2>&1 || true # creates the index
 now_ms=$(($(date +%s%N) / 1000000))
-index_query "$cache" "INSERT INTO leases VALUES('$key', 'scaled_softmax', 'sm_90', 'another-host',
+index_query "$cache" "INSERT INTO leases VALUES('$key', 'bias_gelu', 'sm_90', 'another-host',
   1, 'cafebabe', $now_ms, $now_ms)" >/dev/null
 start=$(date +%s%N)
 KILN_LEASE_STALE=4 KILN_LOG=info expect_exit 0 kiln "${args[@]}" --cache "$cache"
@@ -110,9 +112,9 @@ log "stale lease of another host: taken over and built in $waited_ms ms"
 # ---- 4b. another host's lease whose heartbeat is a day in the future (its clock runs ahead) ----
 cache=$T/c4b
 new_cache "$cache"
-kiln build --arch 80 --kernels scaled_softmax --cache "$cache" >/dev/null 2>&1 || true
+kiln cache verify --cache "$cache" >/dev/null 2>&1 || true # creates the index
 ahead_ms=$(($(date +%s%N) / 1000000 + 86400000))
-index_query "$cache" "INSERT INTO leases VALUES('$key', 'scaled_softmax', 'sm_90', 'another-host',
+index_query "$cache" "INSERT INTO leases VALUES('$key', 'bias_gelu', 'sm_90', 'another-host',
   1, 'cafebabe', $ahead_ms, $ahead_ms)" >/dev/null
 start=$SECONDS
 KILN_LEASE_STALE=4 KILN_BUILD_TIMEOUT=120 KILN_LOG=info expect_exit 0 kiln "${args[@]}" --cache "$cache"
