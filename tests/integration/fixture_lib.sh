@@ -1,4 +1,5 @@
-# Helpers of the fixture_*.sh setup tests (sourced after lib.sh). A fixture
+# Helpers of the fixture setup tests (fixture.sh, all_targets.sh; sourced
+# after lib.sh). A fixture
 # cache is made once per ctest run and then only copied (copy_cache) or read
 # as a layer (KILN_CACHE_PATH): the tests that are not about building never
 # compile. Each fixture grows from the one before it (warm -> full ->

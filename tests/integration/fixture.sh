@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# A fixture cache (tests/README.md, "Fixture caches"), made once per ctest run:
+#
+#   fixture.sh KILN FIXTURES NAME FROM ARCH GLOB [layer]
+#
+# $FIXTURES/NAME holds exactly the units GLOB for the targets ARCH: a copy of
+# the fixture FROM (- for none) grown by `kiln build --arch ARCH --kernels
+# GLOB`, so only what FROM lacks is compiled; or, with IT_FIXTURE_SEED, the
+# seed's NAME copied and verified. "layer": it is read as a read-only layer
+# (KILN_CACHE_PATH), so its index's empty -wal and -shm files are removed.
+. "$(dirname "$0")/lib.sh" "$@"
+. "$(dirname "$0")/fixture_lib.sh"
+(($# >= 6)) || die "usage: fixture.sh KILN FIXTURES NAME FROM ARCH GLOB [layer]"
+name=$3 from=$4 arch=$5 glob=$6 how=${7:-}
+
+# how many (unit, target) pairs that is: what `kiln check` finds missing in an empty cache
+new_cache "$T/empty"
+kiln check --arch "$arch" --kernels "$glob" --cache "$T/empty" --json >"$T/pairs.json" || true
+pairs=$(json "$T/pairs.json" 'len(d["missing"])')
+((pairs > 0)) || die "--arch $arch --kernels '$glob' names nothing"
+
+fixture_from_seed "$name" "$arch" "$glob" || grow_fixture "$name" "$from" "$arch" "$glob" "$pairs"
+expect_eq "$(index_query "$T/$name" "SELECT count(*) FROM records")" "$pairs" "the $name fixture's records"
+((FAILURES == 0)) || die "the $name fixture is not what it should be"
+install_fixture "$name" $how
