@@ -1,8 +1,7 @@
 # Helpers of the fixture setup tests (fixture.sh, all_targets.sh; sourced
-# after lib.sh). A fixture
-# cache is made once per ctest run and then only copied (copy_cache) or read
-# as a layer (KILN_CACHE_PATH): the tests that are not about building never
-# compile. Each fixture grows from the one before it (warm -> full ->
+# after lib.sh). A fixture cache is made once per ctest run and then only
+# copied (copy_cache) or read as a layer (KILN_CACHE_PATH): the tests that are
+# not about building never compile. Each fixture grows from the one before it (warm -> full ->
 # kernels), so no (unit, target) is compiled twice in a run.
 #
 # IT_FIXTURE_SEED (-DKILN_TEST_FIXTURE_SEED, set by scripts/test for the
