@@ -5,8 +5,9 @@
 #
 # $FIXTURES/NAME holds exactly the units GLOB for the targets ARCH: a copy of
 # the fixture FROM (- for none) grown by `kiln build --arch ARCH --kernels
-# GLOB`, so only what FROM lacks is compiled; or, with IT_FIXTURE_SEED, the
-# seed's NAME copied and verified. "layer": it is read as a read-only layer
+# GLOB`, so only what FROM lacks is compiled; or, with IT_FIXTURE_SEED, a
+# seed's NAME copied and verified (fixture_lib.sh). One that was compiled is
+# published in IT_FIXTURE_STORE, when set, for the next run. "layer": it is read as a read-only layer
 # (KILN_CACHE_PATH), so its index's empty -wal and -shm files are removed.
 . "$(dirname "$0")/lib.sh" "$@"
 . "$(dirname "$0")/fixture_lib.sh"
@@ -19,7 +20,12 @@ kiln check --arch "$arch" --kernels "$glob" --cache "$T/empty" --json >"$T/pairs
 pairs=$(json "$T/pairs.json" 'len(d["missing"])')
 ((pairs > 0)) || die "--arch $arch --kernels '$glob' names nothing"
 
-fixture_from_seed "$name" "$arch" "$glob" || grow_fixture "$name" "$from" "$arch" "$glob" "$pairs"
+compiled=0
+if ! fixture_from_seed "$name" "$arch" "$glob" "$pairs"; then
+  grow_fixture "$name" "$from" "$arch" "$glob" "$pairs"
+  compiled=1
+fi
 expect_eq "$(index_query "$T/$name" "SELECT count(*) FROM records")" "$pairs" "the $name fixture's records"
 ((FAILURES == 0)) || die "the $name fixture is not what it should be"
 install_fixture "$name" $how
+((compiled == 0)) || store_fixture "$name"

@@ -4,29 +4,68 @@
 # not about building never compile. Each fixture grows from the one before it (warm -> full ->
 # kernels), so no (unit, target) is compiled twice in a run.
 #
-# IT_FIXTURE_SEED (-DKILN_TEST_FIXTURE_SEED, set by scripts/test for the
-# sanitizer build) names another build's fixture folder: a fixture found there
-# is copied and checked (`kiln cache verify` and `kiln check`, by this build's
-# kiln) instead of compiled again. The keys do not depend on how kiln itself
-# was compiled, so the artifacts are the ones this build would make.
+# IT_FIXTURE_SEED (-DKILN_TEST_FIXTURE_SEED) names fixture folders, ':'
+# separated, to take a fixture from instead of compiling it: another build's
+# (scripts/test points the sanitizer build at the normal build's) or the
+# fixture store a rerun reuses (IT_FIXTURE_STORE, below). A fixture found
+# there is copied and checked by this build's kiln: `kiln cache verify` (every
+# blob re-hashed) and `kiln check` (every (unit, target) asked for is there,
+# under the key this build derives from the unit's current source, the
+# options and the NVRTC found here), and it must hold nothing else. A changed
+# kernel, NVRTC or option is a missing key: the fixture is compiled. The keys
+# do not depend on how kiln itself was compiled, so the artifacts are the
+# ones this build would make (tests/README.md, "Fixture caches").
+#
+# IT_FIXTURE_STORE (-DKILN_TEST_FIXTURE_STORE; scripts/test: ~/.cache/
+# kiln-test-fixtures) is where a fixture that had to be compiled is published
+# for the next run, as ccache keeps object files: NAME is a symbolic link to
+# the folder .NAME.XXXXXX, replaced by a rename, so that a run reading the
+# store while another publishes sees the old fixture or the new one.
 
 # Each maker leaves the new cache in $T/NAME, for the caller to check (with
 # index_query: a private copy) and then install_fixture.
 #
-# fixture_from_seed NAME ARCH GLOB: copies the seed's NAME into $T/NAME when it
-# is there and passes the checks; returns 1 (nothing made) when not.
+# fixture_from_seed NAME ARCH GLOB PAIRS: copies the first seed's NAME that
+# passes the checks (PAIRS records, no more) into $T/NAME; returns 1 (nothing
+# made) when none does.
 fixture_from_seed() {
-  local name=$1 arch=$2 glob=$3 seed=${IT_FIXTURE_SEED:-}
-  [[ -n $seed && -f $seed/$name/index.sqlite ]] || return 1
-  [[ $(realpath -m "$seed/$name") != $(realpath -m "$FIXTURES/$name") ]] || return 1
-  cp -a "$seed/$name" "$T/$name"
-  if ! kiln cache verify --cache "$T/$name" >"$T/seed.log" 2>&1 ||
-    ! kiln check --arch "$arch" --kernels "$glob" --cache "$T/$name" >>"$T/seed.log" 2>&1; then
-    log "the seed's $name does not verify; building it instead: $(tail -3 "$T/seed.log")"
+  local name=$1 arch=$2 glob=$3 pairs=$4 seed src seeds
+  IFS=: read -r -a seeds <<<"${IT_FIXTURE_SEED:-}"
+  for seed in "${seeds[@]}"; do
+    [[ -n $seed && -f $seed/$name/index.sqlite ]] || continue
+    src=$(realpath -e "$seed/$name") || continue
+    [[ $src != $(realpath -m "$FIXTURES/$name") ]] || continue
     rm -rf "${T:?}/$name"
-    return 1
-  fi
-  log "$name: copied from the seed $seed/$name, verified"
+    cp -a "$src" "$T/$name" 2>"$T/seed.log" || { log "$seed/$name: could not be copied: $(tail -1 "$T/seed.log")"; continue; }
+    if kiln cache verify --cache "$T/$name" >"$T/seed.log" 2>&1 &&
+      kiln check --arch "$arch" --kernels "$glob" --cache "$T/$name" >>"$T/seed.log" 2>&1 &&
+      [[ $(index_query "$T/$name" "SELECT count(*) FROM records") == "$pairs" ]]; then
+      log "$name: copied from $seed/$name, verified"
+      return 0
+    fi
+    log "$seed/$name does not pass as this build's $name (a changed kernel, option or NVRTC, or a damaged copy): $(tail -2 "$T/seed.log" | tr '\n' ' ')"
+    rm -rf "${T:?}/$name"
+  done
+  return 1
+}
+
+# store_fixture NAME: publishes $FIXTURES/NAME in IT_FIXTURE_STORE (when set)
+# for the next run. Best effort: a failure is logged, the test goes on.
+store_fixture() {
+  local name=$1 store=${IT_FIXTURE_STORE:-} dir link old
+  [[ -n $store ]] || return 0
+  mkdir -p "$store" && dir=$(mktemp -d "$store/.$name.XXXXXX") && chmod --reference="$FIXTURES/$name" "$dir" &&
+    cp -a "$FIXTURES/$name/." "$dir/" && link=$(mktemp -u "$store/.$name.link.XXXXXX") &&
+    old=$(readlink "$store/$name" 2>/dev/null || true) &&
+    ln -s "${dir##*/}" "$link" && mv -T "$link" "$store/$name" || {
+    log "could not publish $name in $store (the next run compiles it again)"
+    [[ -z ${dir:-} ]] || rm -rf "$dir"
+    return 0
+  }
+  # Earlier versions: a run may still be copying the one just replaced.
+  find "$store" -maxdepth 1 -name ".$name.*" ! -name "${dir##*/}" ! -name "${old:-none}" -mmin +60 \
+    -exec rm -rf {} + 2>/dev/null || true
+  log "$name: published in $store for the next run"
 }
 
 # install_fixture NAME [layer]: $T/NAME becomes $FIXTURES/NAME (replacing an
