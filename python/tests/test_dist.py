@@ -1,9 +1,13 @@
 """kiln.torch.dist.warmup in real torch.distributed jobs (gloo, on 127.0.0.1).
 
-Each test starts its ranks as separate processes (this file run as a
-script, ``--worker``), each with its own cold cache directory, a file store
-for the rendezvous and a process group whose timeout is PG_TIMEOUT_S (10 s),
-and bounds everything: every rank has a deadline and is killed past it.
+Each test starts its ranks as separate processes, forked from a
+multiprocessing forkserver that has imported torch once (a fresh interpreter
+spends about 5 CPU-seconds importing it; this file starts 31 ranks), each
+with its own environment, log, cold cache directory, a file store for the
+rendezvous and a process group whose timeout is PG_TIMEOUT_S (10 s), and
+bounds everything: every rank has a deadline and is killed past it. (The
+file run as a script, ``--worker SPEC RANK``, runs one rank in a fresh
+interpreter, by hand.)
 
 - A build far longer than the process group's timeout finishes on every
   rank: each (unit, target) compiled once in the job, the same fingerprint
@@ -25,11 +29,12 @@ import json
 import os
 import signal
 import sqlite3
-import subprocess
 import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+
+import ranks
 
 PG_TIMEOUT_S = 10.0
 # Test 1's status frame period (kiln's default); the bound is 2 x this. A
@@ -128,6 +133,17 @@ def _worker(spec_path: str, rank: int) -> None:
 
 # ---- the harness ---------------------------------------------------------------------
 
+def _rank_main(env: dict[str, str], log: str, spec_path: str, rank: int) -> None:
+    """One rank, in a process forked from the forkserver: its own environment
+    (everything kiln reads is read after this), stdout and stderr to its log."""
+    os.environ.clear()
+    os.environ.update(env)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    _worker(spec_path, rank)
+
 
 def run_job(
     tmp: Path,
@@ -166,7 +182,7 @@ def run_job(
         "out": str(out),
     }
     (tmp / "spec.json").write_text(json.dumps(spec))
-    procs: list[subprocess.Popen] = []
+    procs = []
     base = dict(os.environ)
     base.update({"GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"})
     base.update(env or {})
@@ -175,22 +191,15 @@ def run_job(
             e = dict(base)
             e.update((rank_env or {}).get(r, {}))
             e.update({"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(size)})
-            log = open(out / f"{r}.log", "w")
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, __file__, "--worker", str(tmp / "spec.json"), str(r)],
-                    env=e,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
-            )
-            log.close()
+            p = ranks.context().Process(target=_rank_main, args=(e, str(out / f"{r}.log"), str(tmp / "spec.json"), r))
+            p.start()
+            procs.append(p)
         end = time.monotonic() + deadline_s
         killed_at = None
         exited: dict[int, float] = {}
         while time.monotonic() < end:
             for r, p in enumerate(procs):
-                if r not in exited and p.poll() is not None:
+                if r not in exited and p.exitcode is not None:
                     exited[r] = time.time()
             if len(exited) == size:
                 break
@@ -203,19 +212,16 @@ def run_job(
             ):
                 started = max(float((out / f"{r}.started").read_text()) for r in range(size))
                 if time.time() - started >= kill_root_after_s:
-                    procs[0].send_signal(kill_signal)
+                    os.kill(procs[0].pid, kill_signal)
                     killed_at = time.time()
                     (out / "killed").write_text(str(killed_at))
             time.sleep(0.05)
     finally:
         for p in procs:
-            if p.poll() is None:
+            if p.exitcode is None:
                 p.kill()
         for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                pass
+            p.join(timeout=30)
     results: dict[int, dict] = {}
     for r in range(size):
         f = out / f"{r}.json"
@@ -224,7 +230,7 @@ def run_job(
             results[r]["exited"] = exited.get(r)
         else:
             log = (out / f"{r}.log").read_text(errors="replace")[-3000:]
-            results[r] = {"rank": r, "ok": None, "log": log, "rc": procs[r].returncode}
+            results[r] = {"rank": r, "ok": None, "log": log, "rc": procs[r].exitcode}
     if (out / "killed").exists():
         results[-1] = {"killed_at": float((out / "killed").read_text())}
     return results

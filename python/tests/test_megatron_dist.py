@@ -3,8 +3,9 @@ tensor-parallel cross-entropy and embedding at TP = 2 after apply(), and
 kiln.megatron.initialize() starting 4 ranks on cold caches under a 10 s
 process-group timeout while the build takes longer.
 
-Each test spawns its ranks (torch.multiprocessing, spawn) and bounds them: a
-rank still running past the test's deadline is killed and the test fails.
+Each test starts its ranks (ranks.run: forked from a forkserver that imported
+torch and megatron.core once) and bounds them: a rank still running past the
+test's deadline is killed and the test fails.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import time
 from datetime import timedelta
 
 import pytest
+import ranks
 import torch
-import torch.multiprocessing as mp
 
 pytest.importorskip("megatron.core")
 
@@ -32,13 +33,7 @@ def _free_port() -> int:
 
 
 def _run(fn, nprocs: int, args: tuple, deadline_s: float) -> None:
-    ctx = mp.start_processes(fn, args=args, nprocs=nprocs, join=False, start_method="spawn")
-    deadline = time.monotonic() + deadline_s
-    while not ctx.join(timeout=1):
-        if time.monotonic() > deadline:
-            for p in ctx.processes:
-                p.kill()
-            raise AssertionError(f"{nprocs} ranks did not finish in {deadline_s:.0f} s")
+    ranks.run(fn, nprocs, args, deadline_s, preload=("megatron.core",))
 
 
 def _megatron(rank: int, size: int, port: int, tp: int, pg_timeout_s: float = 60.0):  # type: ignore[no-untyped-def]

@@ -1,16 +1,16 @@
 """Vocabulary-parallel embedding and cross-entropy at TP = 2: two processes
-(gloo), each with half the vocabulary, against torch on the whole of it."""
+(gloo; ranks.run), each with half the vocabulary, against torch on the whole
+of it."""
 
 from __future__ import annotations
 
 import os
 import socket
-import time
 from datetime import timedelta
 
+import ranks
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 TP = 2
@@ -67,11 +67,5 @@ def _rank(rank: int, port: int, out_dir: str) -> None:
 
 
 def test_vocab_parallel_cross_entropy_and_embedding_match_torch(tmp_path):
-    ctx = mp.start_processes(_rank, args=(_free_port(), str(tmp_path)), nprocs=TP, join=False, start_method="spawn")
-    deadline = time.monotonic() + 240
-    while not ctx.join(timeout=1):
-        if time.monotonic() > deadline:
-            for p in ctx.processes:
-                p.kill()
-            raise AssertionError("TP = 2 ranks did not finish in 240 s")
+    ranks.run(_rank, TP, (_free_port(), str(tmp_path)), deadline_s=240)
     assert sorted(os.listdir(tmp_path)) == [f"ok.{r}" for r in range(TP)]
