@@ -10,6 +10,12 @@
  *   KILN_EMU_ONLY   run only entry points whose name contains this text (the
  *                   fixed plan's cases stay the same; random ones are drawn
  *                   among the entry points left)
+ *   KILN_EMU_SHARD  I/N: run the I-th of N disjoint shares of the cases
+ *                   (0 <= I < N): the entry points whose index is I mod N,
+ *                   the random cases whose number is I mod N, and shard 0
+ *                   runs the picker's paths and the 64-bit row check; the N
+ *                   shards together run exactly the cases one run does
+ *                   (ctest runs them side by side)
  * Exit status 0 when every case matches; otherwise each failing case is
  * printed (FAIL and its parameters), then what went wrong.
  */
@@ -539,22 +545,37 @@ bool env_u64(const char *name, uint64_t *out) {
   return true;
 }
 
+/* KILN_EMU_SHARD: "I/N" into *i, *n (default 0/1). */
+bool env_shard(unsigned *i, unsigned *n) {
+  const char *s = getenv("KILN_EMU_SHARD");
+  *i = 0, *n = 1;
+  if (!s || !*s) return true;
+  if (sscanf(s, "%u/%u", i, n) != 2 || *n == 0 || *i >= *n) {
+    fprintf(stderr, "KILN_EMU_SHARD=%s: expected I/N with 0 <= I < N\n", s);
+    return false;
+  }
+  return true;
+}
+
 } // namespace
 
 int main() {
   uint64_t seed = 0x6b696c6e, extra = 100;
-  if (!env_u64("KILN_EMU_SEED", &seed) || !env_u64("KILN_EMU_CASES", &extra)) return 2;
+  unsigned shard, shards;
+  if (!env_u64("KILN_EMU_SEED", &seed) || !env_u64("KILN_EMU_CASES", &extra) ||
+      !env_shard(&shard, &shards))
+    return 2;
   const char *only = getenv("KILN_EMU_ONLY");
   setvbuf(stdout, nullptr, _IOLBF, 0); /* in order with the failures on stderr */
-  printf("seed %llu (KILN_EMU_SEED), extra random cases %llu (KILN_EMU_CASES)%s%s\n",
+  printf("seed %llu (KILN_EMU_SEED), extra random cases %llu (KILN_EMU_CASES)%s%s, shard %u/%u\n",
          (unsigned long long)seed, (unsigned long long)extra, only ? ", only " : "",
-         only ? only : "");
+         only ? only : "", shard, shards);
   fflush(stdout);
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<entry> entries;
   if (!all_entries(&entries)) return 1;
   std::vector<unsigned> covered(entries.size(), 0);
-  std::vector<int> pool;
+  std::vector<int> pool, mine; /* every entry point asked for; this shard's of them */
   stats st;
   for (size_t i = 0; i < entries.size(); ++i) {
     const entry &e = entries[i];
@@ -562,6 +583,8 @@ int main() {
         !strstr(entry_name(e, "bwd").c_str(), only))
       continue;
     pool.push_back((int)i);
+    if (i % shards != shard) continue;
+    mine.push_back((int)i);
     /* Seeds per entry, so that KILN_EMU_ONLY re-runs exactly the same cases. */
     std::mt19937_64 plan_rng(mix(seed, i));
     const std::vector<int> cols = edge_columns(e, plan_rng);
@@ -570,16 +593,17 @@ int main() {
       covered[i] |= run_case(c, entries, &st);
     }
   }
-  if (!only) st.failures += run_picked_paths(entries, seed, &st);
-  if (const long wrong = check_row_indexing_beyond_32_bits(seed)) {
-    fprintf(stderr, "FAIL row placement beyond 32 bits: %ld wrong\n", wrong);
-    ++st.failures;
-  }
-  for (uint64_t k = 0; k < extra && !pool.empty(); ++k)
+  if (!only && shard == 0) st.failures += run_picked_paths(entries, seed, &st);
+  if (shard == 0)
+    if (const long wrong = check_row_indexing_beyond_32_bits(seed)) {
+      fprintf(stderr, "FAIL row placement beyond 32 bits: %ld wrong\n", wrong);
+      ++st.failures;
+    }
+  for (uint64_t k = shard; k < extra && !pool.empty(); k += shards)
     run_case(random_case(entries, pool, mix(seed ^ 0x5eed, k)), entries, &st);
 
   /* Every entry point must have seen every feature its unit has. */
-  for (int i : pool) {
+  for (int i : mine) {
     const unsigned missing = required_coverage(entries[i].unit) & ~covered[i];
     if (!missing || st.failures) continue;
     for (unsigned b = 0; b < sizeof kCovNames / sizeof *kCovNames; ++b)
@@ -591,6 +615,6 @@ int main() {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   printf("%zu entry pairs, %ld cases, %ld launches, %lld elements checked (worst f32 error "
          "%.2f of its bound), %ld failures, %.1f s\n",
-         pool.size(), st.cases, st.launches, st.elements, st.worst, st.failures, secs);
+         mine.size(), st.cases, st.launches, st.elements, st.worst, st.failures, secs);
   return st.failures ? 1 : 0;
 }

@@ -4,13 +4,14 @@
 # the quick start's main job, in pieces that ctest runs side by side (a
 # single build of all of it takes longer than any test may):
 #
-#   all_targets.sh KILN FIXTURES part NAME ARCHS   every unit for those of ARCHS
-#       that --arch all names, into the fixture all_NAME (ARCHS not in
-#       --arch all here, e.g. sm_121 on an older NVRTC, are left out, said)
+#   all_targets.sh KILN FIXTURES part NAME ARCHS GLOB   the units GLOB for
+#       those of ARCHS that --arch all names, into the fixture all_NAME
+#       (ARCHS not in --arch all here, e.g. sm_121 on an older NVRTC, are
+#       left out, said)
 #   all_targets.sh KILN FIXTURES check NAME...     over the "kernels" fixture
-#       (sm_80, sm_90, sm_100) and the parts named: every target of --arch
-#       all is in exactly one of them for every unit, `kiln check --arch
-#       all` passes over them as layers, `kiln list` names every op,
+#       (sm_80, sm_90, sm_100, compute_90) and the parts named: every target
+#       of --arch all is in exactly one of them for every unit, `kiln check
+#       --arch all` passes over them (the parts merged by export | import), `kiln list` names every op,
 #       direction and dtype, and no entry point of any unit spills registers
 #       or has a stack frame on any target (check_resources.py, as
 #       resources.sh does for the softmax fixture)
@@ -29,7 +30,7 @@ all_targets() {
 }
 
 if [[ $mode == part ]]; then
-  name=${4:?part NAME}
+  name=${4:?part NAME} glob=${6:?part NAME ARCHS GLOB}
   rm -rf "${FIXTURES:?}/all_$name" # a part built on another NVRTC must not count here
   wanted=$(all_targets)
   archs=()
@@ -39,9 +40,9 @@ if [[ $mode == part ]]; then
     if grep -qx "$t" <<<"$wanted"; then archs+=("$t"); else log "$t: not in --arch all here, left out"; fi
   done
   ((${#archs[@]})) || skip "none of $5 is in --arch all here"
-  units=$(kiln list --json | python3 -c 'import json, sys; print(len(json.load(sys.stdin)["units"]))')
   list=$(IFS=,; echo "${archs[*]}")
-  grow_fixture "all_$name" - "$list" '*' $((units * ${#archs[@]}))
+  pairs=$(plan_pairs "$list" "$glob") || exit 1
+  grow_fixture "all_$name" - "$list" "$glob" "$pairs"
   install_fixture "all_$name"
   exit 0
 fi
@@ -96,9 +97,15 @@ expect_eq "$(sort "$T/pairs" | uniq -d | wc -l)" 0 "(unit, target) pairs held tw
 expect_eq "$(sort -u "$T/pairs" | wc -l)" $((units * targets)) \
   "(unit, target) pairs of --arch all held ($units units x $targets targets)"
 for t in $(cat "$T/targets"); do
-  grep -q "	$t\$" "$T/pairs" || fail "$t (of --arch all) is in no part: add it to KILN_ALL_TARGET_PARTS in tests/integration/CMakeLists.txt"
+  grep -q "	$t\$" "$T/pairs" || fail "$t (of --arch all) is in no part: add it to KILN_ALL_TARGETS in tests/integration/CMakeLists.txt"
 done
-layers=()
-for c in "${caches[@]}"; do layers+=(--cache "$c"); done
-expect_exit 0 kiln check --arch all "${layers[@]}"
+# The parts merged into one cache (kiln cache export | import: every blob
+# verified on the way), then `kiln check --arch all` over it and the kernels
+# fixture (it takes at most 16 layers).
+new_cache "$T/merged"
+for c in "${caches[@]:1}"; do
+  kiln cache export - --cache "$c" 2>"$ERR" | kiln cache import - --cache "$T/merged" >"$OUT" 2>>"$ERR" ||
+    fail "merging ${c##*/}: $(tail -3 "$ERR")"
+done
+expect_exit 0 kiln check --arch all --cache "$T/merged" --cache "${caches[0]}"
 log "$units units x $targets targets: every one built, none spills"

@@ -14,11 +14,7 @@
 (($# >= 6)) || die "usage: fixture.sh KILN FIXTURES NAME FROM ARCH GLOB [layer]"
 name=$3 from=$4 arch=$5 glob=$6 how=${7:-}
 
-# how many (unit, target) pairs that is: what `kiln check` finds missing in an empty cache
-new_cache "$T/empty"
-kiln check --arch "$arch" --kernels "$glob" --cache "$T/empty" --json >"$T/pairs.json" || true
-pairs=$(json "$T/pairs.json" 'len(d["missing"])')
-((pairs > 0)) || die "--arch $arch --kernels '$glob' names nothing"
+pairs=$(plan_pairs "$arch" "$glob") || exit 1
 
 compiled=0
 if ! fixture_from_seed "$name" "$arch" "$glob" "$pairs"; then

@@ -68,6 +68,19 @@ store_fixture() {
   log "$name: published in $store for the next run"
 }
 
+# plan_pairs ARCH GLOB: how many (unit, target) pairs `kiln build --arch ARCH
+# --kernels GLOB` makes (what `kiln check` finds missing in an empty cache);
+# dies when that is none.
+plan_pairs() {
+  local d n
+  d=$(mktemp -d "$T/plan.XXXXXX")
+  new_cache "$d/c"
+  kiln check --arch "$1" --kernels "$2" --cache "$d/c" --json >"$d/pairs.json" || true
+  n=$(json "$d/pairs.json" 'len(d["missing"])')
+  ((n > 0)) || die "--arch $1 --kernels '$2' names nothing"
+  echo "$n"
+}
+
 # install_fixture NAME [layer]: $T/NAME becomes $FIXTURES/NAME (replacing an
 # older one). "layer": the index's (empty) write-ahead log and shared-memory
 # files are removed, as scripts/image-prebuild does, so that readers open it
