@@ -11,10 +11,10 @@
 #   all_targets.sh KILN FIXTURES check NAME...     over the "kernels" fixture
 #       (sm_80, sm_90, sm_100, compute_90) and the parts named: every target
 #       of --arch all is in exactly one of them for every unit, `kiln check
-#       --arch all` passes over them (the parts merged by export | import), `kiln list` names every op,
-#       direction and dtype, and no entry point of any unit spills registers
-#       or has a stack frame on any target (check_resources.py, as
-#       resources.sh does for the softmax fixture)
+#       --arch all` passes over them (the parts merged by export | import),
+#       `kiln list` names every op, direction and dtype, and no entry point
+#       of any unit spills registers or has a stack frame on any target
+#       (check_resources.py, as resources.sh does for the softmax fixture)
 #
 # Normal build only (NVRTC's time is the same under the sanitizers).
 . "$(dirname "$0")/lib.sh" "$@"

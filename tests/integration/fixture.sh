@@ -6,8 +6,9 @@
 # $FIXTURES/NAME holds exactly the units GLOB for the targets ARCH: a copy of
 # the fixture FROM (- for none) grown by `kiln build --arch ARCH --kernels
 # GLOB`, so only what FROM lacks is compiled; or, with IT_FIXTURE_SEED, a
-# seed's NAME copied and verified (fixture_lib.sh). One that was compiled is
-# published in IT_FIXTURE_STORE, when set, for the next run. "layer": it is read as a read-only layer
+# seed's NAME copied, verified and brought up to date (fixture_lib.sh). One
+# that was compiled or changed, in part or whole, is published in IT_FIXTURE_STORE, when
+# set, for the next run. "layer": it is read as a read-only layer
 # (KILN_CACHE_PATH), so its index's empty -wal and -shm files are removed.
 . "$(dirname "$0")/lib.sh" "$@"
 . "$(dirname "$0")/fixture_lib.sh"
@@ -16,10 +17,11 @@ name=$3 from=$4 arch=$5 glob=$6 how=${7:-}
 
 pairs=$(plan_pairs "$arch" "$glob") || exit 1
 
-compiled=0
-if ! fixture_from_seed "$name" "$arch" "$glob" "$pairs"; then
+compiled=1
+if fixture_from_seed "$name" "$arch" "$glob" "$pairs"; then
+  compiled=$SEED_CHANGED
+else
   grow_fixture "$name" "$from" "$arch" "$glob" "$pairs"
-  compiled=1
 fi
 expect_eq "$(index_query "$T/$name" "SELECT count(*) FROM records")" "$pairs" "the $name fixture's records"
 ((FAILURES == 0)) || die "the $name fixture is not what it should be"

@@ -8,43 +8,55 @@
 # separated, to take a fixture from instead of compiling it: another build's
 # (scripts/test points the sanitizer build at the normal build's) or the
 # fixture store a rerun reuses (IT_FIXTURE_STORE, below). A fixture found
-# there is copied and checked by this build's kiln: `kiln cache verify` (every
-# blob re-hashed) and `kiln check` (every (unit, target) asked for is there,
-# under the key this build derives from the unit's current source, the
-# options and the NVRTC found here), and it must hold nothing else. A changed
-# kernel, NVRTC or option is a missing key: the fixture is compiled. The keys
-# do not depend on how kiln itself was compiled, so the artifacts are the
-# ones this build would make (tests/README.md, "Fixture caches").
+# there is copied, checked by `kiln cache verify` (every blob re-hashed), and
+# made this build's by `kiln build --arch ARCH --kernels GLOB` into the copy:
+# every key is derived here, from the units' current sources, the options
+# and the NVRTC found, so the build hits what is still current and compiles
+# only what changed; records it did not name (stale keys) are removed. The
+# keys do not depend on how kiln itself was compiled, so the artifacts are
+# the ones this build would make (tests/README.md, "Fixture caches").
 #
 # IT_FIXTURE_STORE (-DKILN_TEST_FIXTURE_STORE; scripts/test: ~/.cache/
-# kiln-test-fixtures) is where a fixture that had to be compiled is published
-# for the next run, as ccache keeps object files: NAME is a symbolic link to
-# the folder .NAME.XXXXXX, replaced by a rename, so that a run reading the
-# store while another publishes sees the old fixture or the new one.
+# kiln-test-fixtures) is where a fixture that had to be compiled (in part or
+# whole) is published for the next run, as ccache keeps object files: NAME is
+# a symbolic link to the folder .NAME.XXXXXX, replaced by a rename, so that a
+# run reading the store while another publishes sees the old fixture or the
+# new one.
 
 # Each maker leaves the new cache in $T/NAME, for the caller to check (with
 # index_query: a private copy) and then install_fixture.
 #
-# fixture_from_seed NAME ARCH GLOB PAIRS: copies the first seed's NAME that
-# passes the checks (PAIRS records, no more) into $T/NAME; returns 1 (nothing
-# made) when none does.
+# fixture_from_seed NAME ARCH GLOB PAIRS: the first seed's NAME that verifies,
+# brought up to date as above (PAIRS records, no more), in $T/NAME; sets
+# SEED_CHANGED to how many records that compiled or removed (0: the seed was
+# this build's already). Returns 1 (nothing made) when no seed has NAME or
+# none verifies.
 fixture_from_seed() {
-  local name=$1 arch=$2 glob=$3 pairs=$4 seed src seeds
+  local name=$1 arch=$2 glob=$3 pairs=$4 seed src seeds key stale
   IFS=: read -r -a seeds <<<"${IT_FIXTURE_SEED:-}"
   for seed in "${seeds[@]}"; do
     [[ -n $seed && -f $seed/$name/index.sqlite ]] || continue
     src=$(realpath -e "$seed/$name") || continue
     [[ $src != $(realpath -m "$FIXTURES/$name") ]] || continue
     rm -rf "${T:?}/$name"
-    cp -a "$src" "$T/$name" 2>"$T/seed.log" || { log "$seed/$name: could not be copied: $(tail -1 "$T/seed.log")"; continue; }
-    if kiln cache verify --cache "$T/$name" >"$T/seed.log" 2>&1 &&
-      kiln check --arch "$arch" --kernels "$glob" --cache "$T/$name" >>"$T/seed.log" 2>&1 &&
-      [[ $(index_query "$T/$name" "SELECT count(*) FROM records") == "$pairs" ]]; then
-      log "$name: copied from $seed/$name, verified"
-      return 0
+    if ! cp -a "$src" "$T/$name" 2>"$T/seed.log" || ! kiln cache verify --cache "$T/$name" >>"$T/seed.log" 2>&1 ||
+      ! IT_TIMEOUT=900 kiln build --arch "$arch" --kernels "$glob" --cache "$T/$name" --json >"$T/seed.json" 2>>"$T/seed.log" ||
+      [[ $(json "$T/seed.json" '[d["targets"], d["failed"]]') != "[$pairs, 0]" ]]; then
+      log "$seed/$name does not serve as $name (damaged?): $(tail -2 "$T/seed.log" | tr '\n' ' ')"
+      rm -rf "${T:?}/$name"
+      continue
     fi
-    log "$seed/$name does not pass as this build's $name (a changed kernel, option or NVRTC, or a damaged copy): $(tail -2 "$T/seed.log" | tr '\n' ' ')"
-    rm -rf "${T:?}/$name"
+    json "$T/seed.json" '"\n".join(sorted(i["key"] for i in d["items"]))' >"$T/keys"
+    stale=$(index_query "$T/$name" "SELECT key FROM records ORDER BY key" | comm -23 - "$T/keys")
+    for key in $stale; do
+      kiln cache rm "$key" --cache "$T/$name" >/dev/null 2>>"$T/seed.log" || die "kiln cache rm $key: $(tail -1 "$T/seed.log")"
+    done
+    [[ $(index_query "$T/$name" "SELECT count(*) FROM records") == "$pairs" ]] ||
+      die "$name from $seed: not $pairs records after removing the stale ones"
+    SEED_CHANGED=$(($(json "$T/seed.json" 'd["built"]') + $(wc -w <<<"$stale")))
+    log "$name: copied from $seed/$name, verified; $(json "$T/seed.json" 'd["built"]') (unit, target)" \
+      "compiled, $(wc -w <<<"$stale") stale records removed, the rest current"
+    return 0
   done
   return 1
 }
