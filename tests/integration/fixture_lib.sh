@@ -27,7 +27,7 @@
 # index_query: a private copy) and then install_fixture.
 #
 # fixture_from_seed NAME ARCH GLOB PAIRS: the first seed's NAME that verifies,
-# brought up to date as above (PAIRS records, no more), in $T/NAME; sets
+# brought up to date as above, in $T/NAME (fixture.sh checks its PAIRS records); sets
 # SEED_CHANGED to how many records that compiled or removed (0: the seed was
 # this build's already). Returns 1 (nothing made) when no seed has NAME or
 # none verifies.
@@ -51,8 +51,6 @@ fixture_from_seed() {
     for key in $stale; do
       kiln cache rm "$key" --cache "$T/$name" >/dev/null 2>>"$T/seed.log" || die "kiln cache rm $key: $(tail -1 "$T/seed.log")"
     done
-    [[ $(index_query "$T/$name" "SELECT count(*) FROM records") == "$pairs" ]] ||
-      die "$name from $seed: not $pairs records after removing the stale ones"
     SEED_CHANGED=$(($(json "$T/seed.json" 'd["built"]') + $(wc -w <<<"$stale")))
     log "$name: copied from $seed/$name, verified; $(json "$T/seed.json" 'd["built"]') (unit, target)" \
       "compiled, $(wc -w <<<"$stale") stale records removed, the rest current"
