@@ -11,7 +11,7 @@
 #include <unistd.h>   /* close, fsync, getpid, unlink */
 
 #include "cache/archive.h"
-#include "cache/remote.h" /* kiln_remote_record_encode: a record is the remote's document */
+#include "cache/remote/remote.h" /* kiln_remote_record_encode: a record is the remote's document */
 #include "cache/store.h"
 #include "cache/transfer.h"
 #include "common/error.h"

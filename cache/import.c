@@ -12,7 +12,7 @@
 #include <unistd.h>  /* close, unlink, write */
 
 #include "cache/archive.h"
-#include "cache/remote.h" /* kiln_remote_record_decode, KILN_REMOTE_RECORD_MAX */
+#include "cache/remote/remote.h" /* kiln_remote_record_decode, KILN_REMOTE_RECORD_MAX */
 #include "cache/store.h"
 #include "cache/transfer.h"
 #include "common/digest.h"

@@ -291,7 +291,7 @@ static int mkstemp_suffix(const char *p) {
 
 /* The temp names kiln writes in tmp/: 1 for tmp.<pid>.<host>.XXXXXX
  * (common/fileio.c), 2 for import-XXXXXX, remote-XXXXXX and repair-XXXXXX
- * (cache/import.c, cache/remote_fetch.c, cache/repair.c); 0 for any other
+ * (cache/import.c, cache/remote/fetch.c, cache/repair.c); 0 for any other
  * name. */
 static int tmp_name_kind(const char *name) {
   const char *dot;

@@ -10,7 +10,7 @@
 #include "cache/record_fields.def" /* KILN_RECORD_FIELDS */
 #include "kiln/cache.h"            /* kiln_record */
 
-/* The largest blob, 1 GiB, defined once: a record may say no more (cache/remote_record.c), an
+/* The largest blob, 1 GiB, defined once: a record may say no more (cache/remote/record.c), an
  * archive member may be no larger (cache/archive.h), and a bigger file at a blob's path is
  * refused by its size before a byte is read (cache/blobs.c). */
 #define KILN_BLOB_SIZE_MAX (1ull << 30)

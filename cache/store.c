@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cache/remote.h"
+#include "cache/remote/remote.h"
 #include "cache/store.h"
 #include "common/clock.h"
 #include "common/error.h"

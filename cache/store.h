@@ -35,7 +35,7 @@ struct kiln_cache {
   pthread_mutex_t lock;       /* serialises multi-statement work on primary.db */
   char host[64];              /* this host's name, for leases and pins */
   char token[33];             /* random, unique to this handle: owns its leases */
-  struct kiln_remote *remote; /* the remote HTTP cache, or NULL (cache/remote.c) */
+  struct kiln_remote *remote; /* the remote cache, or NULL (cache/remote/remote.c) */
 };
 
 /* A read-only layer is trusted when its directory, its index.sqlite and its

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "cache/lease.h"
-#include "cache/remote.h" /* kiln_remote_probe_upload */
+#include "cache/remote/remote.h" /* kiln_remote_probe_upload */
 #include "cache/store.h"
 #include "common/clock.h"
 #include "common/error.h"

@@ -101,6 +101,19 @@ KILN_API kiln_status kiln_remote_fetch(kiln_cache *cache, kiln_remote_item *item
 KILN_API kiln_status kiln_remote_upload(size_t *uploaded, kiln_cache *cache,
                                         const char *const *keys, size_t n);
 
+/* A file:// remote's clean-up: removes the temp files that writers killed
+ * mid-upload left (".tmp.*" in its ac/ and cas/) once they are at least
+ * max_age_s old (a live upload's temp file lives for seconds). Objects are
+ * never removed. KILN_EUNSUPPORTED for a remote of another kind (an HTTP
+ * server keeps no temp files in the namespace), KILN_EINVAL for none. */
+typedef struct kiln_remote_gc_report {
+  uint64_t removed; /* temp files removed */
+  uint64_t bytes;   /* their bytes */
+} kiln_remote_gc_report;
+
+KILN_API kiln_status kiln_remote_gc(kiln_remote_gc_report *out, kiln_cache *cache,
+                                    double max_age_s);
+
 /* Totals kept in the primary index, over every process that used it. */
 typedef struct kiln_remote_stats {
   uint64_t hits;       /* records fetched and stored */

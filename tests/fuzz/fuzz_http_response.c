@@ -1,4 +1,4 @@
-/* Fuzzes the remote cache's response sink (cache/remote_sink.c): header lines
+/* Fuzzes the remote cache's response sink (cache/remote/sink.c): header lines
  * up to a blank line, then the body in chunks, into a memory sink with a small
  * max_bytes and sometimes an expected digest. Input: byte 0 picks the chunk
  * size, byte 1 the options, then the response text. */
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/remote_sink.h"
+#include "cache/remote/sink.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

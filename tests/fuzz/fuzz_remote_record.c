@@ -1,4 +1,4 @@
-/* Fuzz target: the remote cache's record document (cache/remote_record.c).
+/* Fuzz target: the remote cache's record document (cache/remote/record.c).
  * The input is a document as a server would send it; it is decoded with and
  * without an HMAC key. Whatever decodes must encode and decode again to the
  * same record (signed with the fuzzer's key), or the target aborts. */
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/remote.h"
+#include "cache/remote/remote.h"
 
 #define WANT_KEY "799e6e1640d1f7398827039588efbdb068616be1db5e3f1757a60e1dc7df8f40"
 

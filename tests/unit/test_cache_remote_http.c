@@ -1,5 +1,5 @@
-/* cache/remote_http.c: the transport against tests/integration/fault_server.py,
- * and the body sink (cache/remote_sink.c) on its own. */
+/* cache/remote/http.c: the transport against tests/integration/fault_server.py,
+ * and the body sink (cache/remote/sink.c) on its own. */
 #include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -16,8 +16,8 @@
 
 #include <cmocka.h>
 
-#include "cache/remote.h"
-#include "cache/remote_sink.h"
+#include "cache/remote/remote.h"
+#include "cache/remote/sink.h"
 #include "common/digest.h"
 #include "kiln/log.h"
 #include "tests/unit/test_util.h"
@@ -97,7 +97,7 @@ static void start_server(fixture *f, const char *mode, const char *token) {
   fail_msg("fault_server.py did not start");
 }
 
-static void config(kiln_http_config *c, int port) {
+static void config(kiln_remote_config *c, int port) {
   memset(c, 0, sizeof *c);
   snprintf(c->base, sizeof c->base, "http://127.0.0.1:%d", port);
   c->connect_timeout_ms = 2000;
@@ -134,10 +134,10 @@ static int count_log(fixture *f, const char *prefix) {
   return n;
 }
 
-static kiln_http_req get_req(const char *path) {
-  kiln_http_req r;
+static kiln_remote_req get_req(const char *path) {
+  kiln_remote_req r;
   memset(&r, 0, sizeof r);
-  r.method = KILN_HTTP_GET;
+  r.method = KILN_REMOTE_GET;
   snprintf(r.path, sizeof r.path, "%s", path);
   r.out_fd = -1;
   return r;
@@ -151,10 +151,10 @@ static uint64_t ms_now(void) {
 
 static void test_get_to_memory_and_file_with_digest(void **state) {
   fixture *f = *state;
-  kiln_http_config c;
+  kiln_remote_config c;
   kiln_http *h = NULL;
   char dg[65], path[400], buf[64] = {0};
-  kiln_http_req r[2];
+  kiln_remote_req r[2];
   int fd;
   start_server(f, "ok", NULL);
   put_file(f, "cas/blob", "hello remote", dg);
@@ -177,22 +177,22 @@ static void test_get_to_memory_and_file_with_digest(void **state) {
   assert_int_equal(pread(fd, buf, sizeof buf - 1, 0), 12);
   assert_string_equal(buf, "hello remote");
   close(fd);
-  kiln_http_reqs_reset(r, 2);
+  kiln_remote_reqs_reset(r, 2);
   kiln_http_free(h);
 }
 
 static void test_404_is_enotfound_and_head(void **state) {
   fixture *f = *state;
-  kiln_http_config c;
+  kiln_remote_config c;
   kiln_http *h = NULL;
-  kiln_http_req r[2];
+  kiln_remote_req r[2];
   start_server(f, "ok", NULL);
   put_file(f, "ac/k", "record", NULL);
   config(&c, f->port);
   assert_int_equal(kiln_http_new(&h, &c), KILN_OK);
   r[0] = get_req("ac/missing");
   r[1] = get_req("ac/k");
-  r[1].method = KILN_HTTP_HEAD;
+  r[1].method = KILN_REMOTE_HEAD;
   assert_int_equal(kiln_http_run(h, r, 2), KILN_OK);
   assert_int_equal(r[0].rc, KILN_ENOTFOUND);
   assert_int_equal(r[0].status, 404);
@@ -200,21 +200,21 @@ static void test_404_is_enotfound_and_head(void **state) {
   assert_non_null(strstr(r[0].error, "GET ac/missing: HTTP 404"));
   assert_int_equal(r[1].rc, KILN_OK);
   assert_int_equal(r[1].status, 200);
-  kiln_http_reqs_reset(r, 2);
+  kiln_remote_reqs_reset(r, 2);
   kiln_http_free(h);
 }
 
 static void test_put_then_get_round_trip(void **state) {
   fixture *f = *state;
-  kiln_http_config c;
+  kiln_remote_config c;
   kiln_http *h = NULL;
-  kiln_http_req r;
+  kiln_remote_req r;
   static const char body[] = "uploaded body";
   start_server(f, "ok", NULL);
   config(&c, f->port);
   assert_int_equal(kiln_http_new(&h, &c), KILN_OK);
   memset(&r, 0, sizeof r);
-  r.method = KILN_HTTP_PUT;
+  r.method = KILN_REMOTE_PUT;
   snprintf(r.path, sizeof r.path, "cas/up");
   r.body = body;
   r.body_len = sizeof body - 1;
@@ -226,15 +226,15 @@ static void test_put_then_get_round_trip(void **state) {
   assert_int_equal(kiln_http_run(h, &r, 1), KILN_OK);
   assert_int_equal(r.rc, KILN_OK);
   assert_string_equal((char *)r.data, body);
-  kiln_http_reqs_reset(&r, 1);
+  kiln_remote_reqs_reset(&r, 1);
   kiln_http_free(h);
 }
 
 static void test_500_fails_after_every_attempt(void **state) {
   fixture *f = *state;
-  kiln_http_config c;
+  kiln_remote_config c;
   kiln_http *h = NULL;
-  kiln_http_req r;
+  kiln_remote_req r;
   start_server(f, "500", NULL);
   config(&c, f->port);
   assert_int_equal(kiln_http_new(&h, &c), KILN_OK);
@@ -245,15 +245,15 @@ static void test_500_fails_after_every_attempt(void **state) {
   assert_int_equal(r.attempts, 3);
   assert_string_equal(r.error, "GET ac/x: HTTP 500 (3 attempts)");
   assert_int_equal(count_log(f, "GET /ac/x 500"), 3);
-  kiln_http_reqs_reset(&r, 1);
+  kiln_remote_reqs_reset(&r, 1);
   kiln_http_free(h);
 }
 
 static void test_flaky_succeeds_on_third_attempt(void **state) {
   fixture *f = *state;
-  kiln_http_config c;
+  kiln_remote_config c;
   kiln_http *h = NULL;
-  kiln_http_req r;
+  kiln_remote_req r;
   start_server(f, "flaky:2", NULL);
   put_file(f, "ac/x", "fine", NULL);
   config(&c, f->port);
@@ -263,15 +263,15 @@ static void test_flaky_succeeds_on_third_attempt(void **state) {
   assert_int_equal(r.rc, KILN_OK);
   assert_int_equal(r.attempts, 3);
   assert_string_equal((char *)r.data, "fine");
-  kiln_http_reqs_reset(&r, 1);
+  kiln_remote_reqs_reset(&r, 1);
   kiln_http_free(h);
 }
 
 static void test_stall_times_out_bounded(void **state) {
   fixture *f = *state;
-  kiln_http_config c;
+  kiln_remote_config c;
   kiln_http *h = NULL;
-  kiln_http_req r;
+  kiln_remote_req r;
   uint64_t t0, dt;
   start_server(f, "stall", NULL);
   config(&c, f->port);
@@ -285,17 +285,17 @@ static void test_stall_times_out_bounded(void **state) {
   assert_int_equal(r.rc, KILN_ETIMEDOUT);
   assert_int_equal(r.attempts, 2);
   assert_true(dt >= 1900 && dt < 2000 + 40 + 1500);
-  kiln_http_reqs_reset(&r, 1);
+  kiln_remote_reqs_reset(&r, 1);
   kiln_http_free(h);
 }
 
 static void test_truncated_and_garbage_are_ecorrupt(void **state) {
   fixture *f = *state;
-  kiln_http_config c;
+  kiln_remote_config c;
   kiln_http *h = NULL;
-  kiln_http_req r;
+  kiln_remote_req r;
   char dg[65];
-  kiln_http_req p;
+  kiln_remote_req p;
   start_server(f, "truncate", NULL);
   put_file(f, "cas/b", "0123456789abcdef0123456789abcdef", dg);
   config(&c, f->port);
@@ -304,10 +304,10 @@ static void test_truncated_and_garbage_are_ecorrupt(void **state) {
   assert_int_equal(kiln_http_run(h, &r, 1), KILN_OK);
   assert_int_equal(r.rc, KILN_ECORRUPT);
   assert_non_null(strstr(r.error, "truncated"));
-  kiln_http_reqs_reset(&r, 1);
+  kiln_remote_reqs_reset(&r, 1);
   /* switch to garbage at runtime */
   memset(&p, 0, sizeof p);
-  p.method = KILN_HTTP_PUT;
+  p.method = KILN_REMOTE_PUT;
   snprintf(p.path, sizeof p.path, "_mode");
   p.body = "garbage";
   p.body_len = 7;
@@ -320,20 +320,20 @@ static void test_truncated_and_garbage_are_ecorrupt(void **state) {
   assert_int_equal(r.rc, KILN_ECORRUPT);
   assert_non_null(strstr(r.error, "digest mismatch"));
   assert_null(r.data);
-  kiln_http_reqs_reset(&r, 1);
+  kiln_remote_reqs_reset(&r, 1);
   kiln_http_free(h);
 }
 
 static void test_readonly_put_is_eperm(void **state) {
   fixture *f = *state;
-  kiln_http_config c;
+  kiln_remote_config c;
   kiln_http *h = NULL;
-  kiln_http_req r;
+  kiln_remote_req r;
   start_server(f, "readonly", NULL);
   config(&c, f->port);
   assert_int_equal(kiln_http_new(&h, &c), KILN_OK);
   memset(&r, 0, sizeof r);
-  r.method = KILN_HTTP_PUT;
+  r.method = KILN_REMOTE_PUT;
   snprintf(r.path, sizeof r.path, "cas/x");
   r.body = "x";
   r.body_len = 1;
@@ -346,9 +346,9 @@ static void test_readonly_put_is_eperm(void **state) {
 
 static void test_token_sent_wrong_token_eperm(void **state) {
   fixture *f = *state;
-  kiln_http_config c;
+  kiln_remote_config c;
   kiln_http *h = NULL;
-  kiln_http_req r;
+  kiln_remote_req r;
   char line[512];
   FILE *fp;
   start_server(f, "ok", "s3cret-token");
@@ -359,7 +359,7 @@ static void test_token_sent_wrong_token_eperm(void **state) {
   r = get_req("ac/k");
   assert_int_equal(kiln_http_run(h, &r, 1), KILN_OK);
   assert_int_equal(r.rc, KILN_OK);
-  kiln_http_reqs_reset(&r, 1);
+  kiln_remote_reqs_reset(&r, 1);
   kiln_http_free(h);
   snprintf(c.token, sizeof c.token, "wrong-token");
   assert_int_equal(kiln_http_new(&h, &c), KILN_OK);
@@ -367,7 +367,7 @@ static void test_token_sent_wrong_token_eperm(void **state) {
   assert_int_equal(kiln_http_run(h, &r, 1), KILN_OK);
   assert_int_equal(r.rc, KILN_EPERM);
   assert_null(strstr(r.error, "wrong-token"));
-  kiln_http_reqs_reset(&r, 1);
+  kiln_remote_reqs_reset(&r, 1);
   kiln_http_free(h);
   assert_int_equal(count_log(f, "GET /ac/k 200 auth=yes"), 1);
   assert_int_equal(count_log(f, "GET /ac/k 401 auth=yes"), 1);
@@ -388,9 +388,9 @@ static int dead_port(fixture *f) {
 
 static void test_connection_refused_is_fast_eremote(void **state) {
   fixture *f = *state;
-  kiln_http_config c;
+  kiln_remote_config c;
   kiln_http *h = NULL;
-  kiln_http_req r;
+  kiln_remote_req r;
   uint64_t t0;
   config(&c, dead_port(f));
   assert_int_equal(kiln_http_new(&h, &c), KILN_OK);
@@ -416,9 +416,9 @@ static void capture(kiln_log_level level, const char *line, void *user) {
 
 static void test_breaker_opens_once(void **state) {
   fixture *f = *state;
-  kiln_http_config c;
+  kiln_remote_config c;
   kiln_http *h = NULL;
-  kiln_http_req r[5];
+  kiln_remote_req r[5];
   uint64_t t0;
   config(&c, dead_port(f));
   c.retries = 0;
@@ -453,9 +453,9 @@ static void test_breaker_opens_once(void **state) {
 
 static void test_64_parallel_gets(void **state) {
   fixture *f = *state;
-  kiln_http_config c;
+  kiln_remote_config c;
   kiln_http *h = NULL;
-  kiln_http_req *r = calloc(64, sizeof *r);
+  kiln_remote_req *r = calloc(64, sizeof *r);
   char dg[64][65];
   start_server(f, "ok", NULL);
   for (int i = 0; i < 64; i++) {
@@ -476,16 +476,16 @@ static void test_64_parallel_gets(void **state) {
     assert_int_equal(r[i].rc, KILN_OK);
     assert_string_equal((char *)r[i].data, body);
   }
-  kiln_http_reqs_reset(r, 64);
+  kiln_remote_reqs_reset(r, 64);
   free(r);
   kiln_http_free(h);
 }
 
 static void test_max_bytes_exceeded_is_ecorrupt(void **state) {
   fixture *f = *state;
-  kiln_http_config c;
+  kiln_remote_config c;
   kiln_http *h = NULL;
-  kiln_http_req r;
+  kiln_remote_req r;
   start_server(f, "ok", NULL);
   put_file(f, "cas/big", "0123456789012345678901234567890123456789", NULL);
   config(&c, f->port);
@@ -500,7 +500,7 @@ static void test_max_bytes_exceeded_is_ecorrupt(void **state) {
 }
 
 static void test_userinfo_in_url_is_einval(void **state) {
-  kiln_http_config c;
+  kiln_remote_config c;
   kiln_http *h = NULL;
   (void)state;
   config(&c, 1);

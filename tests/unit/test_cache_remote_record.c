@@ -1,4 +1,4 @@
-/* The remote record document (cache/remote_record.c): round trips, the
+/* The remote record document (cache/remote/record.c): round trips, the
  * canonical text pinned, signatures, and every kind of malformed document. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "cache/remote.h"
+#include "cache/remote/remote.h"
 #include "common/fileio.h"
 #include "kiln/status.h"
 

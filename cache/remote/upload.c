@@ -12,7 +12,7 @@
 #include <string.h>  /* memset */
 #include <unistd.h>  /* getpid */
 
-#include "cache/remote.h"
+#include "cache/remote/remote.h"
 #include "cache/store.h"
 #include "common/clock.h" /* kiln_host_name */
 #include "common/error.h"
@@ -36,8 +36,8 @@ typedef struct up_item {
  * between leaves an orphan blob). */
 typedef enum up_round { UP_HEAD_RECORD, UP_PUT_BLOB, UP_PUT_RECORD } up_round;
 
-static void up_prepare(up_item *u, kiln_http_req *q, up_round round) {
-  q->method = round == UP_HEAD_RECORD ? KILN_HTTP_HEAD : KILN_HTTP_PUT;
+static void up_prepare(up_item *u, kiln_remote_req *q, up_round round) {
+  q->method = round == UP_HEAD_RECORD ? KILN_REMOTE_HEAD : KILN_REMOTE_PUT;
   q->body = round == UP_PUT_BLOB ? (const void *)u->blob : u->doc;
   q->body_len = round == UP_PUT_BLOB ? u->size : round == UP_PUT_RECORD ? u->doc_len : 0;
   if (round == UP_PUT_BLOB)
@@ -48,14 +48,15 @@ static void up_prepare(up_item *u, kiln_http_req *q, up_round round) {
 
 /* Runs one round for the items in state 0; a failed item goes to state -1
  * (the first failure is kept), a record found by HEAD to state 1. */
-static void up_run(struct kiln_remote *r, up_item *u, size_t n, kiln_http_req *reqs, up_round round,
-                   kiln_remote_stats *d, kiln_status *first, char *first_err, size_t cap) {
+static void up_run(struct kiln_remote *r, up_item *u, size_t n, kiln_remote_req *reqs,
+                   up_round round, kiln_remote_stats *d, kiln_status *first, char *first_err,
+                   size_t cap) {
   size_t *idx = calloc(n ? n : 1, sizeof *idx), m = 0;
   if (!idx) {
     *first = kiln_fail(KILN_ENOMEM, "out of memory");
     return;
   }
-  kiln_http_reqs_reset(reqs, n);
+  kiln_remote_reqs_reset(reqs, n);
   for (size_t i = 0; i < n; i++) {
     if (u[i].state != 0 || u[i].piloted) continue;
     reqs[m].out_fd = -1;
@@ -63,9 +64,9 @@ static void up_run(struct kiln_remote *r, up_item *u, size_t n, kiln_http_req *r
     up_prepare(&u[i], &reqs[m], round);
     idx[m++] = i;
   }
-  kiln_http_run(r->http, reqs, m);
+  kiln_remote_run(r, reqs, m);
   for (size_t j = 0; j < m; j++) {
-    kiln_http_req *q = &reqs[j];
+    kiln_remote_req *q = &reqs[j];
     up_item *it = &u[idx[j]];
     d->bytes_down += q->bytes_down;
     d->bytes_up += q->bytes_up;
@@ -184,7 +185,7 @@ static void collections_seen(const struct kiln_remote *r, const char *path) {
  * exist; else the first failure, with the request's one-line error. */
 static kiln_status make_collections(struct kiln_remote *r, kiln_remote_stats *d) {
   char paths[KILN_REMOTE_MAX_DEPTH + 2][KILN_REMOTE_REL_LEN], url[KILN_REMOTE_KNOWN_LEN];
-  kiln_http_req reqs[KILN_REMOTE_MAX_DEPTH + 2];
+  kiln_remote_req reqs[KILN_REMOTE_MAX_DEPTH + 2];
   int n_base, all = collection_paths(paths, r->url, &n_base), n = 0, n_parents = 0;
   kiln_status rc = KILN_OK;
   memset(reqs, 0, sizeof reqs);
@@ -192,7 +193,7 @@ static kiln_status make_collections(struct kiln_remote *r, kiln_remote_stats *d)
     collection_url(url, sizeof url, r->url, paths[i]);
     if (known_has(url)) continue;
     snprintf(reqs[n].path, sizeof reqs[n].path, "%.*s", KILN_REMOTE_REL_LEN - 1, paths[i]);
-    reqs[n].method = KILN_HTTP_MKCOL;
+    reqs[n].method = KILN_REMOTE_MKCOL;
     reqs[n].out_fd = -1;
     reqs[n].max_bytes = KILN_REMOTE_RECORD_MAX;
     if (i < n_base) n_parents++;
@@ -201,7 +202,7 @@ static kiln_status make_collections(struct kiln_remote *r, kiln_remote_stats *d)
   /* one at a time down the base path, then ac/ and cas/ together */
   for (int lo = 0; lo < n && rc == KILN_OK;) {
     int hi = lo < n_parents ? lo + 1 : n;
-    kiln_http_run(r->http, reqs + lo, (size_t)(hi - lo));
+    kiln_remote_run(r, reqs + lo, (size_t)(hi - lo));
     for (int i = lo; i < hi; i++) {
       d->bytes_down += reqs[i].bytes_down;
       d->bytes_up += reqs[i].bytes_up;
@@ -216,7 +217,7 @@ static kiln_status make_collections(struct kiln_remote *r, kiln_remote_stats *d)
     }
     lo = hi;
   }
-  kiln_http_reqs_reset(reqs, (size_t)n);
+  kiln_remote_reqs_reset(reqs, (size_t)n);
   if (rc == KILN_OK && n)
     kiln_log(KILN_LOG_INFO, "remote cache %s: made its collections ac/ and cas/ (MKCOL)", r->url);
   return rc;
@@ -224,14 +225,14 @@ static kiln_status make_collections(struct kiln_remote *r, kiln_remote_stats *d)
 
 /* What a server without the collections answers a PUT: 409 (RFC 4918), or
  * 500 (nginx without create_full_put_path). */
-static int missing_collection(const kiln_http_req *q) {
+static int missing_collection(const kiln_remote_req *q) {
   return q->status == 409 || q->status == 500;
 }
 
 /* Until the collections are known to exist: the round's first PUT, alone.
  * If the server says a collection is missing, they are made (MKCOL) and the
  * item is sent again with the round. */
-static void pilot(struct kiln_remote *r, up_item *u, size_t n, kiln_http_req *q, up_round round,
+static void pilot(struct kiln_remote *r, up_item *u, size_t n, kiln_remote_req *q, up_round round,
                   kiln_remote_stats *d) {
   size_t i = 0;
   for (size_t k = 0; k < n; k++)
@@ -239,11 +240,11 @@ static void pilot(struct kiln_remote *r, up_item *u, size_t n, kiln_http_req *q,
   while (i < n && u[i].state != 0)
     i++;
   if (round == UP_HEAD_RECORD || i == n || collections_known(r)) return;
-  kiln_http_reqs_reset(q, 1);
+  kiln_remote_reqs_reset(q, 1);
   q->out_fd = -1;
   q->max_bytes = KILN_REMOTE_RECORD_MAX;
   up_prepare(&u[i], q, round);
-  kiln_http_run(r->http, q, 1);
+  kiln_remote_run(r, q, 1);
   d->bytes_down += q->bytes_down;
   d->bytes_up += q->bytes_up;
   if (q->rc == KILN_OK) {
@@ -251,13 +252,13 @@ static void pilot(struct kiln_remote *r, up_item *u, size_t n, kiln_http_req *q,
     collections_seen(r, q->path); /* a server that makes them itself: no more pilots */
   } else if (missing_collection(q) && make_collections(r, d) != KILN_OK)
     kiln_log(KILN_LOG_WARN, "%s", kiln_last_error()); /* the round's PUTs will say what fails */
-  kiln_http_reqs_reset(q, 1);
+  kiln_remote_reqs_reset(q, 1);
 }
 
 kiln_status kiln_remote_upload(size_t *uploaded, kiln_cache *c, const char *const *keys, size_t n) {
   struct kiln_remote *r;
   up_item *u = NULL;
-  kiln_http_req *reqs = NULL;
+  kiln_remote_req *reqs = NULL;
   kiln_remote_stats d;
   kiln_status rc = KILN_OK, first = KILN_OK;
   char first_err[256] = "";
@@ -270,11 +271,11 @@ kiln_status kiln_remote_upload(size_t *uploaded, kiln_cache *c, const char *cons
   if (!r->upload)
     return kiln_fail(KILN_EINVAL, "uploads to %s are off (--upload or KILN_REMOTE_UPLOAD=1)",
                      r->url);
-  if (kiln_http_breaker_open(r->http))
+  if (kiln_remote_breaker_open(r))
     return kiln_fail(KILN_EREMOTE, "remote cache %s turned off for this process", r->url);
   if (!n) return KILN_OK;
   memset(&d, 0, sizeof d);
-  trips = kiln_http_breaker_trips(r->http);
+  trips = kiln_remote_breaker_trips(r);
   u = calloc(n, sizeof *u);
   reqs = calloc(n, sizeof *reqs);
   if (!u || !reqs) {
@@ -309,9 +310,9 @@ kiln_status kiln_remote_upload(size_t *uploaded, kiln_cache *c, const char *cons
   kiln_log(KILN_LOG_INFO, "remote cache %s: %zu uploaded, %zu there already, %zu failed", r->url,
            done, n - done - failed, failed);
 out:
-  d.breaker_trips = (uint64_t)(kiln_http_breaker_trips(r->http) - trips);
+  d.breaker_trips = (uint64_t)(kiln_remote_breaker_trips(r) - trips);
   kiln_remote_stats_add(c, &d);
-  if (reqs) kiln_http_reqs_reset(reqs, n);
+  if (reqs) kiln_remote_reqs_reset(reqs, n);
   for (size_t i = 0; u && i < n; i++) {
     free(u[i].blob);
     free(u[i].doc);
@@ -322,13 +323,13 @@ out:
 }
 
 /* One request; a missing collection's answer is met by making them, once. */
-static kiln_status probe_request(struct kiln_remote *r, kiln_http_req *q, kiln_remote_stats *d) {
-  kiln_http_run(r->http, q, 1);
+static kiln_status probe_request(struct kiln_remote *r, kiln_remote_req *q, kiln_remote_stats *d) {
+  kiln_remote_run(r, q, 1);
   if (missing_collection(q) && !collections_known(r)) {
     kiln_status mk = make_collections(r, d);
     if (mk != KILN_OK) return mk;
-    kiln_http_reqs_reset(q, 1);
-    kiln_http_run(r->http, q, 1);
+    kiln_remote_reqs_reset(q, 1);
+    kiln_remote_run(r, q, 1);
   }
   if (q->rc != KILN_OK) return kiln_fail(q->rc, "remote cache %s: %s", r->url, q->error);
   return KILN_OK;
@@ -337,7 +338,7 @@ static kiln_status probe_request(struct kiln_remote *r, kiln_http_req *q, kiln_r
 kiln_status kiln_remote_probe_upload(kiln_cache *c) {
   static const char body[] = "kiln doctor: a test upload, deleted at once\n";
   struct kiln_remote *r = c ? c->remote : NULL;
-  kiln_http_req q;
+  kiln_remote_req q;
   kiln_remote_stats d;
   kiln_status rc;
   char host[256];
@@ -349,22 +350,22 @@ kiln_status kiln_remote_probe_upload(kiln_cache *c) {
     if (!((*h >= 'a' && *h <= 'z') || (*h >= 'A' && *h <= 'Z') || (*h >= '0' && *h <= '9') ||
           *h == '.' || *h == '-'))
       *h = '-';
-  q.method = KILN_HTTP_PUT;
+  q.method = KILN_REMOTE_PUT;
   q.out_fd = -1;
   q.body = body;
   q.body_len = sizeof body - 1;
   snprintf(q.path, sizeof q.path, "cas/kiln-doctor-%.64s-%ld", host, (long)getpid());
   rc = probe_request(r, &q, &d);
   if (rc == KILN_OK) {
-    kiln_http_reqs_reset(&q, 1);
-    q.method = KILN_HTTP_DELETE;
+    kiln_remote_reqs_reset(&q, 1);
+    q.method = KILN_REMOTE_DELETE;
     q.body = NULL;
     q.body_len = 0;
-    kiln_http_run(r->http, &q, 1);
+    kiln_remote_run(r, &q, 1);
     if (q.rc != KILN_OK && q.status != 404) /* landed; only the clean-up failed */
       kiln_log(KILN_LOG_WARN, "remote cache %s: could not delete the test object: %s", r->url,
                q.error);
   }
-  kiln_http_reqs_reset(&q, 1);
+  kiln_remote_reqs_reset(&q, 1);
   return rc;
 }

@@ -1,8 +1,8 @@
-/* The remote cache's transport (cache/remote.h): parallel GET/HEAD/PUT over
+/* The remote cache's transport (cache/remote/remote.h): parallel GET/HEAD/PUT over
  * libcurl's multi interface, per-attempt timeouts, retries scheduled by time
  * inside the multi loop (a backoff never blocks other transfers), a breaker
  * that turns the remote off for the process. Every response goes through the
- * bounded body sink (cache/remote_sink.c).
+ * bounded body sink (cache/remote/sink.c).
  *
  * Redirects are not followed: a 3xx is an error (EREMOTE). A cache that
  * moves should be configured with its new URL, and following a Location to
@@ -20,22 +20,19 @@
 
 #include <curl/curl.h>
 
-#include "cache/remote.h"
-#include "cache/remote_sink.h"
+#include "cache/remote/remote.h"
+#include "cache/remote/sink.h"
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/logging.h"
 
 struct kiln_http {
-  kiln_http_config cfg;
+  kiln_remote_config cfg;
   /* Connections (and DNS, TLS sessions) are kept between runs: a fetch's
    * records and then its blobs, or the loader's later lookups, reuse them. */
   CURLSH *share;
   pthread_mutex_t share_mu[CURL_LOCK_DATA_LAST]; /* one per kind: curl nests them */
-  pthread_mutex_t mu;                            /* guards the breaker */
-  int consecutive;                               /* failed requests in a row */
-  int open;
-  int trips;
+  kiln_breaker breaker;
 };
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -74,7 +71,7 @@ static void share_unlock(CURL *e, curl_lock_data d, void *user) {
   if (d >= 0 && d < CURL_LOCK_DATA_LAST) pthread_mutex_unlock(&((kiln_http *)user)->share_mu[d]);
 }
 
-kiln_status kiln_http_new(kiln_http **out, const kiln_http_config *cfg) {
+kiln_status kiln_http_new(kiln_http **out, const kiln_remote_config *cfg) {
   kiln_status rc = KILN_OK;
   kiln_http *h = NULL;
   if (!out || !cfg) return kiln_fail(KILN_EINVAL, "kiln_http_new: NULL argument");
@@ -103,7 +100,7 @@ kiln_status kiln_http_new(kiln_http **out, const kiln_http_config *cfg) {
   if (h->cfg.parallel < 1) h->cfg.parallel = 1;
   if (h->cfg.retries < 0) h->cfg.retries = 0;
   if (h->cfg.backoff_ms < 0) h->cfg.backoff_ms = 0;
-  pthread_mutex_init(&h->mu, NULL);
+  kiln_breaker_init(&h->breaker, h->cfg.breaker_threshold, h->cfg.base);
   for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
     pthread_mutex_init(&h->share_mu[i], NULL);
   h->share = curl_share_init();
@@ -125,48 +122,17 @@ void kiln_http_free(kiln_http *h) {
   if (h->share) curl_share_cleanup(h->share);
   for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
     pthread_mutex_destroy(&h->share_mu[i]);
-  pthread_mutex_destroy(&h->mu);
+  kiln_breaker_destroy(&h->breaker);
   memset(h->cfg.token, 0, sizeof h->cfg.token);
   free(h);
 }
 
 int kiln_http_breaker_open(const kiln_http *h) {
-  int v;
-  if (!h) return 0;
-  pthread_mutex_lock((pthread_mutex_t *)&h->mu);
-  v = h->open;
-  pthread_mutex_unlock((pthread_mutex_t *)&h->mu);
-  return v;
+  return h ? kiln_breaker_is_open((kiln_breaker *)&h->breaker) : 0;
 }
 
 int kiln_http_breaker_trips(const kiln_http *h) {
-  int v;
-  if (!h) return 0;
-  pthread_mutex_lock((pthread_mutex_t *)&h->mu);
-  v = h->trips;
-  pthread_mutex_unlock((pthread_mutex_t *)&h->mu);
-  return v;
-}
-
-void kiln_http_reqs_reset(kiln_http_req *reqs, size_t n) {
-  for (size_t i = 0; reqs && i < n; i++) {
-    free(reqs[i].data);
-    reqs[i].data = NULL;
-    reqs[i].len = 0;
-    reqs[i].status = 0;
-    reqs[i].rc = KILN_OK;
-    reqs[i].bytes_down = reqs[i].bytes_up = 0;
-    reqs[i].attempts = 0;
-    reqs[i].error[0] = 0;
-  }
-}
-
-static const char *method_name(kiln_http_method m) {
-  return m == KILN_HTTP_HEAD     ? "HEAD"
-         : m == KILN_HTTP_PUT    ? "PUT"
-         : m == KILN_HTTP_MKCOL  ? "MKCOL"
-         : m == KILN_HTTP_DELETE ? "DELETE"
-                                 : "GET";
+  return h ? kiln_breaker_trips((kiln_breaker *)&h->breaker) : 0;
 }
 
 /* One request's progress through the run. */
@@ -175,7 +141,7 @@ typedef enum { XF_WAITING, XF_RUNNING, XF_DONE } xf_phase;
 /* Times are whole milliseconds of kiln_clock_ms() (monotonic), truncated to
  * uint64_t so the scheduling arithmetic stays integer. */
 typedef struct xfer {
-  kiln_http_req *req;
+  kiln_remote_req *req;
   xf_phase phase;
   uint64_t ready_at; /* WAITING: not before */
   uint64_t started;  /* first attempt */
@@ -204,7 +170,7 @@ static size_t on_body(char *p, size_t size, size_t n, void *u) {
   xfer *x = u;
   size_t len = size * n;
   x->req->bytes_down += len;
-  if (x->req->method != KILN_HTTP_GET) return len; /* PUT/HEAD answers are not kept */
+  if (x->req->method != KILN_REMOTE_GET) return len; /* PUT/HEAD answers are not kept */
   return kiln_http_sink_body(x->sink, p, len);
 }
 
@@ -219,17 +185,18 @@ static size_t on_read(char *p, size_t size, size_t n, void *u) {
 }
 
 /* Settles r with rc and the one-line error "GET ac/<key>: <detail> (N attempts)". */
-static void finish_req(kiln_http_req *r, kiln_status rc, const char *detail) {
+static void finish_req(kiln_remote_req *r, kiln_status rc, const char *detail) {
   r->rc = rc;
-  snprintf(r->error, sizeof r->error, "%s %.100s: %.120s (%d attempt%s)", method_name(r->method),
-           r->path, detail, r->attempts, r->attempts == 1 ? "" : "s");
+  snprintf(r->error, sizeof r->error, "%s %.100s: %.120s (%d attempt%s)",
+           kiln_remote_method_name(r->method), r->path, detail, r->attempts,
+           r->attempts == 1 ? "" : "s");
 }
 
 /* Sets up x's easy handle for its next attempt. */
 static kiln_status xfer_setup(run *R, xfer *x) {
   kiln_status rc = KILN_OK;
-  const kiln_http_config *c = &R->h->cfg;
-  kiln_http_req *r = x->req;
+  const kiln_remote_config *c = &R->h->cfg;
+  kiln_remote_req *r = x->req;
   char url[2048 + 200];
   const char *netrc_file = getenv("NETRC");
   CURL *e = NULL;
@@ -238,7 +205,7 @@ static kiln_status xfer_setup(run *R, xfer *x) {
     rc = kiln_fail(KILN_EINVAL, "URL too long");
     goto out;
   }
-  if (r->method == KILN_HTTP_GET && r->out_fd >= 0 && r->attempts > 0) {
+  if (r->method == KILN_REMOTE_GET && r->out_fd >= 0 && r->attempts > 0) {
     /* A retry starts the file over. */
     if (ftruncate(r->out_fd, 0) != 0 || lseek(r->out_fd, 0, SEEK_SET) != 0) {
       rc = kiln_fail_errno(KILN_EIO, errno, "truncating the download file");
@@ -247,9 +214,9 @@ static kiln_status xfer_setup(run *R, xfer *x) {
   }
   kiln_http_sink_free(x->sink);
   x->sink = NULL;
-  KILN_CHECK(kiln_http_sink_new(&x->sink, r->method == KILN_HTTP_GET ? r->out_fd : -1,
-                                r->method == KILN_HTTP_GET ? r->max_bytes : 0,
-                                r->method == KILN_HTTP_GET ? r->expect_digest : NULL));
+  KILN_CHECK(kiln_http_sink_new(&x->sink, r->method == KILN_REMOTE_GET ? r->out_fd : -1,
+                                r->method == KILN_REMOTE_GET ? r->max_bytes : 0,
+                                r->method == KILN_REMOTE_GET ? r->expect_digest : NULL));
   if (R->npool) {
     e = R->pool[--R->npool];
     curl_easy_reset(e);
@@ -285,18 +252,18 @@ static kiln_status xfer_setup(run *R, xfer *x) {
   curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
   curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(e, CURLOPT_WRITEDATA, x);
-  if (r->method == KILN_HTTP_HEAD) {
+  if (r->method == KILN_REMOTE_HEAD) {
     curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
-  } else if (r->method == KILN_HTTP_PUT) {
+  } else if (r->method == KILN_REMOTE_PUT) {
     curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
     curl_easy_setopt(e, CURLOPT_READFUNCTION, on_read);
     curl_easy_setopt(e, CURLOPT_READDATA, x);
     curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)r->body_len);
-  } else if (r->method == KILN_HTTP_MKCOL || r->method == KILN_HTTP_DELETE) {
-    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method_name(r->method));
+  } else if (r->method == KILN_REMOTE_MKCOL || r->method == KILN_REMOTE_DELETE) {
+    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, kiln_remote_method_name(r->method));
     curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
   }
-  curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->method == KILN_HTTP_PUT ? R->hdr_put : R->hdr_get);
+  curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->method == KILN_REMOTE_PUT ? R->hdr_put : R->hdr_get);
   if (curl_multi_add_handle(R->multi, e) != CURLM_OK) {
     rc = kiln_fail(KILN_EREMOTE, "curl_multi_add_handle failed");
     goto out;
@@ -335,31 +302,6 @@ static kiln_status status_rc(long st) {
   return KILN_EREMOTE;
 }
 
-/* Counts a finished request against the breaker; opens it at the threshold. */
-static void breaker_note(kiln_http *h, const kiln_http_req *r) {
-  /* A 409 is the server's answer about one path (a WebDAV collection that is
-   * missing: remote_upload.c makes it), not a sign the server is down. */
-  int failed = (r->rc == KILN_EREMOTE && r->status != 409) || r->rc == KILN_ETIMEDOUT;
-  int opened = 0, count = 0;
-  pthread_mutex_lock(&h->mu);
-  if (r->rc == KILN_OK || r->rc == KILN_ENOTFOUND)
-    h->consecutive = 0;
-  else if (failed)
-    h->consecutive++;
-  if (failed && !h->open && h->cfg.breaker_threshold > 0 &&
-      h->consecutive >= h->cfg.breaker_threshold) {
-    h->open = 1;
-    h->trips = 1;
-    opened = 1;
-    count = h->consecutive;
-  }
-  pthread_mutex_unlock(&h->mu);
-  if (opened)
-    kiln_log(KILN_LOG_WARN,
-             "remote cache %s turned off for this process after %d failed requests: %s",
-             h->cfg.base, count, r->error);
-}
-
 static void release_easy(run *R, xfer *x) {
   if (!x->easy) return;
   curl_multi_remove_handle(R->multi, x->easy);
@@ -368,15 +310,15 @@ static void release_easy(run *R, xfer *x) {
 }
 
 static void finalize(run *R, xfer *x) {
-  kiln_http_req *r = x->req;
+  kiln_remote_req *r = x->req;
   x->phase = XF_DONE;
   kiln_http_sink_free(x->sink);
   x->sink = NULL;
-  breaker_note(R->h, r);
+  kiln_breaker_note(&R->h->breaker, r);
   kiln_log(KILN_LOG_DEBUG,
            "remote %s %s: status %ld, %llu bytes down, %llu up, %llu ms, %d attempt%s: %s",
-           method_name(r->method), r->path, r->status, (unsigned long long)r->bytes_down,
-           (unsigned long long)r->bytes_up,
+           kiln_remote_method_name(r->method), r->path, r->status,
+           (unsigned long long)r->bytes_down, (unsigned long long)r->bytes_up,
            (unsigned long long)((uint64_t)kiln_clock_ms() - x->started), r->attempts,
            r->attempts == 1 ? "" : "s", r->rc == KILN_OK ? "ok" : r->error);
 }
@@ -392,7 +334,7 @@ static uint64_t backoff_for(run *R, int attempts) {
 
 /* One attempt of x ended with curl code cc: retry it, or settle its result. */
 static void on_done(run *R, xfer *x, CURLcode cc) {
-  kiln_http_req *r = x->req;
+  kiln_remote_req *r = x->req;
   long st = 0;
   kiln_status rc;
   int retry;
@@ -407,7 +349,7 @@ static void on_done(run *R, xfer *x, CURLcode cc) {
     return;
   }
   if (cc == CURLE_OK && st >= 200 && st <= 299) {
-    if (r->method == KILN_HTTP_GET) {
+    if (r->method == KILN_REMOTE_GET) {
       rc = kiln_http_sink_finish(x->sink, r->out_fd >= 0 ? NULL : &r->data, &r->len);
       if (rc != KILN_OK) {
         snprintf(detail, sizeof detail, "%s", kiln_last_error());
@@ -438,10 +380,10 @@ out:
 }
 
 static void fail_breaker(run *R, xfer *x) {
-  kiln_http_req *r = x->req;
+  kiln_remote_req *r = x->req;
   r->rc = KILN_EREMOTE;
   snprintf(r->error, sizeof r->error, "%s %s: remote cache turned off (breaker open)",
-           method_name(r->method), r->path);
+           kiln_remote_method_name(r->method), r->path);
   x->phase = XF_DONE;
   kiln_http_sink_free(x->sink);
   x->sink = NULL;
@@ -499,28 +441,15 @@ out:
   return rc;
 }
 
-kiln_status kiln_http_run(kiln_http *h, kiln_http_req *reqs, size_t n) {
+kiln_status kiln_http_run(kiln_http *h, kiln_remote_req *reqs, size_t n) {
   kiln_status rc = KILN_OK;
   run R = {0};
   xfer *xs = NULL;
   char auth[1100];
   if (!h || (!reqs && n)) return kiln_fail(KILN_EINVAL, "kiln_http_run: NULL argument");
-  for (size_t i = 0; i < n; i++) {
-    reqs[i].status = 0;
-    reqs[i].rc = KILN_OK;
-    reqs[i].data = NULL;
-    reqs[i].len = 0;
-    reqs[i].bytes_down = reqs[i].bytes_up = 0;
-    reqs[i].attempts = 0;
-    reqs[i].error[0] = 0;
-  }
+  kiln_remote_reqs_clear(reqs, n);
   if (kiln_http_breaker_open(h)) {
-    for (size_t i = 0; i < n; i++) {
-      reqs[i].rc = KILN_EREMOTE;
-      snprintf(reqs[i].error, sizeof reqs[i].error, "%s %s: remote cache turned off (breaker open)",
-               method_name(reqs[i].method), reqs[i].path);
-    }
-    rc = kiln_fail(KILN_EREMOTE, "remote cache turned off (breaker open)");
+    rc = kiln_breaker_fail_all(reqs, n);
     goto out;
   }
   if (n == 0) goto out;
@@ -570,7 +499,7 @@ out:
       release_easy(&R, &xs[i]);
       reqs[i].rc = KILN_EREMOTE;
       snprintf(reqs[i].error, sizeof reqs[i].error, "%s %s: transfer aborted",
-               method_name(reqs[i].method), reqs[i].path);
+               kiln_remote_method_name(reqs[i].method), reqs[i].path);
     }
     kiln_http_sink_free(xs[i].sink);
   }
@@ -584,3 +513,17 @@ out:
   free(xs);
   return rc;
 }
+
+static kiln_status backend_run(void *impl, kiln_remote_req *reqs, size_t n) {
+  return kiln_http_run(impl, reqs, n);
+}
+
+static kiln_breaker *backend_breaker(void *impl) {
+  return &((kiln_http *)impl)->breaker;
+}
+
+static void backend_free(void *impl) {
+  kiln_http_free(impl);
+}
+
+const kiln_remote_backend kiln_remote_http = {"http", backend_run, backend_breaker, backend_free};

@@ -1,6 +1,6 @@
 /* Internal: the body sink that every remote cache response goes through
- * (cache/remote_sink.c): bounded, streaming, hashed. The transport
- * (cache/remote_http.c) feeds it from libcurl's callbacks; it is on its own
+ * (cache/remote/sink.c): bounded, streaming, hashed. The transport
+ * (cache/remote/http.c) feeds it from libcurl's callbacks; it is on its own
  * so the fuzz target tests/fuzz/fuzz_http_response.c can drive it directly. */
 #ifndef KILN_CACHE_REMOTE_SINK_H
 #define KILN_CACHE_REMOTE_SINK_H

@@ -1,5 +1,5 @@
-/* The remote cache's body sink (cache/remote_sink.h): every response of the
- * transport (cache/remote_http.c) goes through it. It tracks the status line
+/* The remote cache's body sink (cache/remote/sink.h): every response of the
+ * transport (cache/remote/http.c) goes through it. It tracks the status line
  * and Content-Length, keeps the start of an error body for the message, and
  * streams a 2xx body to a file or memory, bounded by max_bytes and hashed
  * against the expected digest as it arrives. */
@@ -10,7 +10,7 @@
 #include <strings.h> /* strncasecmp */
 #include <unistd.h>  /* write */
 
-#include "cache/remote_sink.h"
+#include "cache/remote/sink.h"
 #include "common/digest.h"
 #include "common/error.h"
 

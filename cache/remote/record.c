@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "cache/record_fields.h"
-#include "cache/remote.h"
+#include "cache/remote/remote.h"
 #include "common/digest.h"
 #include "common/error.h"
 #include "kiln/target.h"

@@ -8,7 +8,7 @@
 #include <string.h> /* memset, strcmp */
 #include <unistd.h> /* close, unlink */
 
-#include "cache/remote.h"
+#include "cache/remote/remote.h"
 #include "cache/store.h"
 #include "common/clock.h"
 #include "common/digest.h"
@@ -31,19 +31,19 @@ static void count_error(kiln_remote_stats *d, const char *url, const char *msg) 
 }
 
 /* Phase 1: the records. rec[i] is valid where items[i].status is KILN_OK. */
-static void fetch_records(kiln_cache *c, kiln_remote_item *items, size_t n, kiln_http_req *reqs,
+static void fetch_records(kiln_cache *c, kiln_remote_item *items, size_t n, kiln_remote_req *reqs,
                           kiln_record *recs, kiln_remote_stats *d) {
   struct kiln_remote *r = c->remote;
   for (size_t i = 0; i < n; i++) {
-    reqs[i].method = KILN_HTTP_GET;
+    reqs[i].method = KILN_REMOTE_GET;
     reqs[i].out_fd = -1;
     reqs[i].max_bytes = KILN_REMOTE_RECORD_MAX;
     snprintf(reqs[i].path, sizeof reqs[i].path, "ac/%.64s", items[i].key);
   }
-  kiln_http_run(r->http, reqs, n);
+  kiln_remote_run(r, reqs, n);
   for (size_t i = 0; i < n; i++) {
     kiln_remote_item *it = &items[i];
-    kiln_http_req *q = &reqs[i];
+    kiln_remote_req *q = &reqs[i];
     kiln_status st;
     d->bytes_down += q->bytes_down;
     if (q->rc == KILN_ENOTFOUND) {
@@ -86,7 +86,7 @@ typedef struct blob_job {
 
 /* Settles one item from its download (q, NULL when the bytes were here) and
  * what storing it gave (st, with the detail in err). */
-static void settle_blob(const char *url, kiln_remote_item *it, kiln_http_req *q, kiln_status st,
+static void settle_blob(const char *url, kiln_remote_item *it, kiln_remote_req *q, kiln_status st,
                         const char *err, kiln_remote_stats *d) {
   if (st == KILN_OK) {
     d->hits++;
@@ -110,7 +110,7 @@ static void settle_blob(const char *url, kiln_remote_item *it, kiln_http_req *q,
 typedef struct adopt_ctx {
   kiln_cache *c;
   blob_job *jobs;
-  kiln_http_req *reqs;
+  kiln_remote_req *reqs;
   kiln_record *recs;
   kiln_status *st;
   char (*err)[256];
@@ -120,7 +120,7 @@ typedef struct adopt_ctx {
 static void adopt_task(size_t k, void *user) {
   adopt_ctx *a = user;
   blob_job *j = &a->jobs[k];
-  kiln_http_req *q = j->req >= 0 ? &a->reqs[j->req] : NULL;
+  kiln_remote_req *q = j->req >= 0 ? &a->reqs[j->req] : NULL;
   a->st[k] = KILN_OK;
   if (!q) return;
   if (q->rc != KILN_OK) {
@@ -134,7 +134,7 @@ static void adopt_task(size_t k, void *user) {
 
 /* Blobs first (in parallel), then every record in one transaction. */
 static kiln_status store_blobs(kiln_cache *c, kiln_remote_item *items, blob_job *jobs,
-                               size_t n_jobs, kiln_http_req *reqs, kiln_record *recs,
+                               size_t n_jobs, kiln_remote_req *reqs, kiln_record *recs,
                                kiln_remote_stats *d) {
   adopt_ctx a = {c, jobs, reqs, recs, NULL, NULL};
   kiln_record **ins = calloc(n_jobs ? n_jobs : 1, sizeof *ins);
@@ -144,7 +144,7 @@ static kiln_status store_blobs(kiln_cache *c, kiln_remote_item *items, blob_job 
   a.st = calloc(n_jobs ? n_jobs : 1, sizeof *a.st);
   a.err = calloc(n_jobs ? n_jobs : 1, sizeof *a.err);
   for (size_t k = 0; k < n_jobs; k++) {
-    kiln_http_req *q = jobs[k].req >= 0 ? &reqs[jobs[k].req] : NULL;
+    kiln_remote_req *q = jobs[k].req >= 0 ? &reqs[jobs[k].req] : NULL;
     if (!q) continue;
     close(q->out_fd);
     q->out_fd = -1;
@@ -189,16 +189,16 @@ out:
 }
 
 static kiln_status fetch_blobs(kiln_cache *c, kiln_remote_item *items, size_t n,
-                               kiln_http_req *reqs, kiln_record *recs, kiln_remote_stats *d) {
+                               kiln_remote_req *reqs, kiln_record *recs, kiln_remote_stats *d) {
   blob_job *jobs = calloc(n ? n : 1, sizeof *jobs);
   size_t n_jobs = 0;
   int n_reqs = 0;
   kiln_status rc;
   if (!jobs) return kiln_fail(KILN_ENOMEM, "out of memory");
-  kiln_http_reqs_reset(reqs, n);
+  kiln_remote_reqs_reset(reqs, n);
   for (size_t i = 0; i < n; i++) {
     blob_job *j = &jobs[n_jobs];
-    kiln_http_req *q = &reqs[n_reqs];
+    kiln_remote_req *q = &reqs[n_reqs];
     int fd;
     if (items[i].status != PENDING) continue;
     recs[i].log_digest[0] = '\0'; /* build logs stay where they were built */
@@ -217,7 +217,7 @@ static kiln_status fetch_blobs(kiln_cache *c, kiln_remote_item *items, size_t n,
       kiln_log(KILN_LOG_WARN, "remote cache: %s", items[i].error);
       continue;
     }
-    q->method = KILN_HTTP_GET;
+    q->method = KILN_REMOTE_GET;
     q->out_fd = fd;
     q->max_bytes = recs[i].size ? recs[i].size : 1;
     q->expect_digest = recs[i].digest;
@@ -225,14 +225,14 @@ static kiln_status fetch_blobs(kiln_cache *c, kiln_remote_item *items, size_t n,
     j->req = n_reqs++;
     n_jobs++;
   }
-  kiln_http_run(c->remote->http, reqs, (size_t)n_reqs);
+  kiln_remote_run(c->remote, reqs, (size_t)n_reqs);
   rc = store_blobs(c, items, jobs, n_jobs, reqs, recs, d);
   free(jobs);
   return rc;
 }
 
 kiln_status kiln_remote_fetch(kiln_cache *c, kiln_remote_item *items, size_t n) {
-  kiln_http_req *reqs = NULL;
+  kiln_remote_req *reqs = NULL;
   kiln_record *recs = NULL;
   kiln_remote_stats d;
   struct kiln_remote *r;
@@ -249,12 +249,12 @@ kiln_status kiln_remote_fetch(kiln_cache *c, kiln_remote_item *items, size_t n) 
     item_fail(&items[i], KILN_ENOTFOUND,
               r ? "remote cache turned off for this process" : "no remote cache");
   }
-  if (!r || kiln_http_breaker_open(r->http))
+  if (!r || kiln_remote_breaker_open(r))
     return kiln_fail(KILN_ENOTFOUND, "%s",
                      r ? "remote cache turned off for this process" : "no remote cache configured");
   if (!n) return KILN_OK;
   memset(&d, 0, sizeof d);
-  trips = kiln_http_breaker_trips(r->http);
+  trips = kiln_remote_breaker_trips(r);
   reqs = calloc(n, sizeof *reqs);
   recs = calloc(n, sizeof *recs);
   if (!reqs || !recs) {
@@ -279,9 +279,9 @@ kiln_status kiln_remote_fetch(kiln_cache *c, kiln_remote_item *items, size_t n) 
            "%llu bytes)",
            r->url, got, n, missing, failed, kiln_clock_ms() - t0, (unsigned long long)d.bytes_down);
 out:
-  d.breaker_trips = (uint64_t)(kiln_http_breaker_trips(r->http) - trips);
+  d.breaker_trips = (uint64_t)(kiln_remote_breaker_trips(r) - trips);
   kiln_remote_stats_add(c, &d);
-  if (reqs) kiln_http_reqs_reset(reqs, n);
+  if (reqs) kiln_remote_reqs_reset(reqs, n);
   free(reqs);
   free(recs);
   return rc;

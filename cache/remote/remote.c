@@ -1,7 +1,8 @@
-/* The remote cache on top of the transport: attaching it to a cache, its
- * settings, the traffic totals in the index and the doctor's check
- * (include/kiln/remote.h; layout and document in docs/remote-cache.md).
- * Fetch is cache/remote_fetch.c, upload cache/remote_upload.c. */
+/* The one remote cache on top of its backends: attaching it to a cache (the
+ * URL's scheme picks the backend), its settings, the traffic totals in the
+ * index and the doctor's check (include/kiln/remote.h; layout and document in
+ * docs/remote-cache.md). Fetch is cache/remote/fetch.c, upload
+ * cache/remote/upload.c. */
 #include <ctype.h>  /* isspace */
 #include <errno.h>  /* errno */
 #include <stdio.h>  /* snprintf */
@@ -9,7 +10,7 @@
 #include <string.h> /* memcpy, memset, strcmp, strlen, strncmp */
 #include <unistd.h> /* access */
 
-#include "cache/remote.h"
+#include "cache/remote/remote.h"
 #include "cache/sql.h"
 #include "cache/store.h"
 #include "common/clock.h"
@@ -22,7 +23,7 @@
 
 void kiln_remote_close(struct kiln_remote *r) {
   if (!r) return;
-  kiln_http_free(r->http);
+  if (r->be) r->be->free(r->impl);
   if (r->key) {
     memset(r->key, 0, r->key_len);
     free(r->key);
@@ -53,7 +54,7 @@ static kiln_status read_secret(const char *path, const char *what, uint8_t **out
   return KILN_OK;
 }
 
-static kiln_status http_config(kiln_http_config *cfg, const kiln_remote_options *o) {
+static kiln_status remote_config(kiln_remote_config *cfg, const kiln_remote_options *o) {
   const char *ca = kiln_option_str(o->ca_file, KILN_P_remote_ca_file);
   const char *token = kiln_option_str(o->token_file, KILN_P_remote_token_file);
   double connect_s, total_s;
@@ -105,7 +106,7 @@ KILN_DEFINE_OPTIONS_INIT(kiln_remote_options, KILN_REMOTE_OPTIONS_VERSION, KILN_
 kiln_status kiln_cache_set_remote(kiln_cache *c, const kiln_remote_options *opts) {
   kiln_remote_options dflt = KILN_REMOTE_OPTIONS_INIT;
   const kiln_remote_options *o = opts ? opts : &dflt;
-  kiln_http_config *cfg = NULL;
+  kiln_remote_config *cfg = NULL;
   struct kiln_remote *r = NULL;
   const char *url, *keyfile;
   size_t len;
@@ -118,9 +119,11 @@ kiln_status kiln_cache_set_remote(kiln_cache *c, const kiln_remote_options *opts
   len = strlen(url);
   while (len && url[len - 1] == '/')
     len--;
-  if (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0) {
+  if (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0 &&
+      strncmp(url, "file://", 7) != 0) {
     /* not echoed: a mistyped URL may still carry a password */
-    rc = kiln_fail(KILN_EINVAL, "the remote cache URL must start with http:// or https://");
+    rc = kiln_fail(KILN_EINVAL,
+                   "the remote cache URL must start with http://, https:// or file:///");
     goto out;
   }
   r = calloc(1, sizeof *r);
@@ -141,8 +144,18 @@ kiln_status kiln_cache_set_remote(kiln_cache *c, const kiln_remote_options *opts
   keyfile = kiln_option_str(o->hmac_key_file, KILN_P_remote_hmac_key_file);
   if (keyfile && *keyfile)
     KILN_CHECK(read_secret(keyfile, "the HMAC key file", &r->key, &r->key_len));
-  KILN_CHECK(http_config(cfg, o));
-  KILN_CHECK(kiln_http_new(&r->http, cfg));
+  KILN_CHECK(remote_config(cfg, o));
+  if (strncmp(url, "file://", 7) == 0) {
+    kiln_file_remote *f = NULL;
+    KILN_CHECK(kiln_file_remote_new(&f, cfg));
+    r->be = &kiln_remote_file;
+    r->impl = f;
+  } else {
+    kiln_http *h = NULL;
+    KILN_CHECK(kiln_http_new(&h, cfg));
+    r->be = &kiln_remote_http;
+    r->impl = h;
+  }
   kiln_log(KILN_LOG_DEBUG, "remote cache %s (%s%s)", r->url, r->upload ? "read-write" : "read-only",
            r->key ? ", records signed" : "");
 attach:
@@ -158,12 +171,38 @@ out:
   return rc;
 }
 
+kiln_status kiln_remote_run(struct kiln_remote *r, kiln_remote_req *reqs, size_t n) {
+  return r->be->run(r->impl, reqs, n);
+}
+
+int kiln_remote_breaker_open(struct kiln_remote *r) {
+  return kiln_breaker_is_open(r->be->breaker(r->impl));
+}
+
+int kiln_remote_breaker_trips(struct kiln_remote *r) {
+  return kiln_breaker_trips(r->be->breaker(r->impl));
+}
+
 const char *kiln_cache_remote_url(const kiln_cache *c) {
   return c && c->remote ? c->remote->url : NULL;
 }
 
 int kiln_cache_remote_upload(const kiln_cache *c) {
   return c && c->remote ? c->remote->upload : 0;
+}
+
+kiln_status kiln_remote_gc(kiln_remote_gc_report *out, kiln_cache *c, double max_age_s) {
+  struct kiln_remote *r;
+  if (!out || !c) return kiln_fail(KILN_EINVAL, "kiln_remote_gc: NULL argument");
+  memset(out, 0, sizeof *out);
+  r = c->remote;
+  if (!r) return kiln_fail(KILN_EINVAL, "no remote cache configured (--remote or KILN_REMOTE_URL)");
+  if (r->be != &kiln_remote_file)
+    return kiln_fail(KILN_EUNSUPPORTED,
+                     "remote cache %s keeps no temp files: only a file:// remote has any to clean",
+                     r->url);
+  if (!(max_age_s >= 0)) return kiln_fail(KILN_EINVAL, "kiln_remote_gc: max_age_s must be >= 0");
+  return kiln_file_remote_gc(r->impl, max_age_s, &out->removed, &out->bytes);
 }
 
 /* ---- totals in the index ---- */
@@ -218,7 +257,7 @@ out:
 
 kiln_status kiln_remote_check(kiln_remote_check_result *out, kiln_cache *c) {
   struct kiln_remote *r;
-  kiln_http_req q;
+  kiln_remote_req q;
   double t0;
   if (!c || !out) return kiln_fail(KILN_EINVAL, "kiln_remote_check: NULL argument");
   memset(out, 0, sizeof *out);
@@ -229,13 +268,13 @@ kiln_status kiln_remote_check(kiln_remote_check_result *out, kiln_cache *c) {
   out->upload = r->upload;
   out->tls = r->tls;
   memset(&q, 0, sizeof q);
-  q.method = KILN_HTTP_GET;
+  q.method = KILN_REMOTE_GET;
   q.out_fd = -1;
   q.max_bytes = KILN_REMOTE_RECORD_MAX;
   /* a key no build produces: any answer but 401/403 shows the way is open */
   snprintf(q.path, sizeof q.path, "ac/%064d", 0);
   t0 = kiln_clock_ms();
-  kiln_http_run(r->http, &q, 1);
+  kiln_remote_run(r, &q, 1);
   out->ms = kiln_clock_ms() - t0;
   out->http_status = q.status;
   out->reachable = q.status != 0;
@@ -244,6 +283,6 @@ kiln_status kiln_remote_check(kiln_remote_check_result *out, kiln_cache *c) {
     snprintf(out->detail, sizeof out->detail, "%s", q.error);
   else
     snprintf(out->detail, sizeof out->detail, "HTTP %ld", q.status);
-  kiln_http_reqs_reset(&q, 1);
+  kiln_remote_reqs_reset(&q, 1);
   return KILN_OK;
 }
