@@ -23,6 +23,10 @@ static const char *usage =
     "                        process uses the cache (refused, exit 1, if one does)\n"
     "  gc --max-size SIZE    evict least recently used records until the blobs fit in\n"
     "                        SIZE (e.g. 500M, 2G); pinned records are kept\n"
+    "  gc --remote file:///DIR [--max-age SECONDS]\n"
+    "                        remove the temp files that uploaders killed mid-write left\n"
+    "                        in a file:// remote, once --max-age old (default 3600);\n"
+    "                        objects are never removed (with --max-size: both)\n"
     "  rm KEY|GLOB           remove records by key or by unit name glob\n"
     "  rm --all              remove every record\n"
     "  export FILE [--arch LIST] [--kernels GLOB]\n"
@@ -49,6 +53,8 @@ typedef struct cache_args {
   kiln_cache_repair_report fixed; /* verify --repair's, done before the cache is opened */
   const char *pattern;            /* rm's KEY|GLOB; export's and import's FILE */
   const char *arch, *kernels;
+  const char *remote, *max_age; /* gc --remote's */
+  double max_age_s;
 } cache_args;
 
 static int do_ls(kiln_cache *c, const cache_args *a) {
@@ -208,9 +214,25 @@ static int do_verify(kiln_cache *c, const cache_args *a) {
 
 /* Usage checks that need no cache, so they are answered before opening one. */
 static int check_args(const char *verb, cache_args *a) {
-  if (strcmp(verb, "gc") == 0) {
+  if ((a->remote || a->max_age) && strcmp(verb, "gc") != 0)
+    return cli_usage_error("cache", "--remote and --max-age are for 'kiln cache gc'");
+  if (a->max_age && !a->remote)
+    return cli_usage_error("cache gc", "--max-age is for --remote (the remote's temp files)");
+  a->max_age_s = 3600;
+  if (a->max_age) {
+    char *end = NULL;
+    a->max_age_s = strtod(a->max_age, &end);
+    if (!*a->max_age || *end || !(a->max_age_s >= 0) || a->max_age_s > 1e9)
+      return cli_usage_error("cache gc", "--max-age: '%s' is not a number of seconds >= 0",
+                             a->max_age);
+  }
+  if (strcmp(verb, "gc") == 0 && !a->max_size && a->remote) {
+    /* only the remote's temp files */
+  } else if (strcmp(verb, "gc") == 0) {
     unsigned long long max = 0;
-    if (!a->max_size) return cli_usage_error("cache gc", "--max-size SIZE is required (e.g. 2G)");
+    if (!a->max_size)
+      return cli_usage_error("cache gc",
+                             "--max-size SIZE (e.g. 2G) or --remote file:///DIR is required");
     if (cli_parse_size(&max, a->max_size) != KILN_OK)
       return cli_usage_error("cache gc", "--max-size: '%s' is not a size (e.g. 512M, 2G, 1048576)",
                              a->max_size);
@@ -240,13 +262,47 @@ static int check_args(const char *verb, cache_args *a) {
   return EXIT_OK;
 }
 
+/* gc --remote: the temp files killed uploaders left in a file:// remote. */
+static int do_gc_remote(kiln_cache *c, const cache_args *a, json_t *o) {
+  kiln_remote_options ro = KILN_REMOTE_OPTIONS_INIT;
+  kiln_remote_gc_report r;
+  char freed[32];
+  kiln_status st;
+  ro.url = a->remote;
+  if ((st = kiln_cache_set_remote(c, &ro)) != KILN_OK ||
+      (st = kiln_remote_gc(&r, c, a->max_age_s)) != KILN_OK)
+    return cli_error("cache gc --remote", st);
+  if (o) {
+    json_object_set_new(o, "remote", json_string(kiln_cache_remote_url(c)));
+    json_object_set_new(o, "remote_temp_removed", json_integer((json_int_t)r.removed));
+    json_object_set_new(o, "remote_temp_bytes", json_integer((json_int_t)r.bytes));
+  } else {
+    printf("kiln cache gc: removed %llu temp files (%s) older than %.0f s from %s\n",
+           (unsigned long long)r.removed, cli_human_size(freed, r.bytes), a->max_age_s,
+           kiln_cache_remote_url(c));
+  }
+  return EXIT_OK;
+}
+
 static int do_gc(kiln_cache *c, const cache_args *a) {
   kiln_cache_gc_report r;
   char freed[32], left[32];
-  kiln_status st = kiln_cache_gc(&r, c, a->max_bytes);
-  if (st != KILN_OK) return cli_error("cache gc", st);
-  if (a->json) {
-    json_t *o = json_object();
+  json_t *o = a->json ? json_object() : NULL;
+  kiln_status st;
+  int rc = EXIT_OK;
+  if (a->remote && (rc = do_gc_remote(c, a, o)) != EXIT_OK) {
+    json_decref(o);
+    return rc;
+  }
+  if (!a->max_size) {
+    if (o) cli_print_json(o);
+    return EXIT_OK;
+  }
+  if ((st = kiln_cache_gc(&r, c, a->max_bytes)) != KILN_OK) {
+    json_decref(o);
+    return cli_error("cache gc", st);
+  }
+  if (o) {
     json_object_set_new(o, "removed_records", json_integer((json_int_t)r.removed_records));
     json_object_set_new(o, "removed_blobs", json_integer((json_int_t)r.removed_blobs));
     json_object_set_new(o, "freed_bytes", json_integer((json_int_t)r.freed_bytes));
@@ -351,6 +407,8 @@ int cmd_cache(int argc, char **argv) {
                                         {"arch", required_argument, 0, 'a'},
                                         {"kernels", required_argument, 0, 'k'},
                                         {"repair", no_argument, 0, 'R'},
+                                        {"remote", required_argument, 0, 'r'},
+                                        {"max-age", required_argument, 0, 'g'},
                                         {"help", no_argument, 0, 'h'},
                                         {0, 0, 0, 0}};
   static const struct {
@@ -386,6 +444,8 @@ int cmd_cache(int argc, char **argv) {
     case 'R': a.repair = 1; break;
     case 'a': a.arch = optarg; break;
     case 'k': a.kernels = optarg; break;
+    case 'r': a.remote = optarg; break;
+    case 'g': a.max_age = optarg; break;
     case 'h': fputs(usage, stdout); return EXIT_OK;
     default: return cli_usage_error("cache", "bad option");
     }
@@ -400,7 +460,9 @@ int cmd_cache(int argc, char **argv) {
     if (a.repair && (st = kiln_cache_repair(&a.fixed, a.dir)) != KILN_OK)
       return cli_error("cache verify --repair", st) == EXIT_USAGE ? EXIT_USAGE : EXIT_FAIL;
     /* import may fill a new cache; ls, stats and export change nothing */
-    if ((st = cli_open_cache(&c, a.dir, verbs[i].open)) != KILN_OK) {
+    if ((st = cli_open_cache(&c, a.dir,
+                             a.remote && !a.max_size ? CLI_CACHE_READ_ONLY : verbs[i].open)) !=
+        KILN_OK) {
       rc = cli_error("cache", st);
       if (st == KILN_ECORRUPT)
         fprintf(stderr, "kiln cache: fix: `kiln cache verify --repair%s%s`\n",
