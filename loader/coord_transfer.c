@@ -1,15 +1,19 @@
 /* Step 3 of the coordination protocol (loader/coord.c): after READY every
- * rank says what it still needs (a shared directory may have it all), the
- * root sends each of those artifacts (a header, then the bytes in bounded
- * chunks) and the receivers verify the digest and store it (idempotent). */
+ * rank says what it still needs (a shared directory may have it all: with a
+ * file:// remote, which the root has uploaded to before READY, each rank
+ * first fetches the union from it), the root sends each of those artifacts
+ * (a header, then the bytes in bounded chunks) and the receivers verify the
+ * digest and store it (idempotent). */
 #include <stdio.h>  /* snprintf */
 #include <stdlib.h> /* malloc, free */
-#include <string.h> /* memcpy, memset, strcmp */
+#include <string.h> /* memcpy, memset, strcmp, strncmp */
 
 #include "common/digest.h"
 #include "common/error.h"
+#include "common/logging.h"
 #include "kiln/build.h"
 #include "kiln/kernels.h"
+#include "kiln/remote.h"
 #include "loader/coord_internal.h"
 
 #define CHUNK ((size_t)1 << 20) /* artifact bytes per broadcast */
@@ -150,6 +154,46 @@ out:
   return rc;
 }
 
+/* A rank other than the root, whose cache has a file:// remote: fetches the
+ * union of misses from it (the root uploaded what it built before READY), so
+ * the communicator carries bytes only to ranks that cannot read that
+ * directory (not mounted there, a breaker open, a bad object). Never
+ * compiles, never fails the run: what it does not get is sent by the root.
+ * One kiln_build per target, offline, so the local lease still gives one
+ * fetch per cache directory when ranks share one. */
+static void fetch_shared(coord_run *r) {
+  const char *url = kiln_cache_remote_url(r->p.cache);
+  const char *names[COORD_MAP_UNITS];
+  size_t got = 0;
+  if (r->c->rank == 0 || !url || strncmp(url, "file://", 7) != 0 || !r->uni) return;
+  for (int code = 0; code < COORD_MAP_TARGETS; code++) {
+    kiln_build_options o = KILN_BUILD_OPTIONS_INIT;
+    kiln_build_summary *sum = NULL;
+    kiln_target t;
+    size_t n = 0;
+    for (size_t u = 0; u < COORD_MAP_UNITS; u++)
+      if (r->uni[u * COORD_MAP_TARGETS + (size_t)code] && kiln_unit_at(u))
+        names[n++] = kiln_unit_at(u)->name;
+    if (!n) continue;
+    kiln_coord_target_decode(code, &t);
+    o.targets = &t;
+    o.n_targets = 1;
+    o.units = names;
+    o.n_units = n;
+    o.jobs = 1;
+    o.offline = 1;
+    o.wait_timeout_s = r->p.timeout_s;
+    if (kiln_build(&sum, r->p.cache, &o) != KILN_OK) {
+      kiln_log(KILN_LOG_DEBUG, "coordination: fetching from %s: %s", url, kiln_last_error());
+      continue;
+    }
+    got += sum->fetched;
+    kiln_build_summary_free(sum);
+  }
+  kiln_coord_timeline(r, "%zu artifact%s fetched from the shared directory %s", got,
+                      got == 1 ? "" : "s", url);
+}
+
 /* After READY: what is still needed (a shared directory has it all), then
  * the transfers. */
 kiln_status kiln_coord_distribute(coord_run *r, uint8_t *buf, kiln_status *local_rc, char *err,
@@ -158,6 +202,7 @@ kiln_status kiln_coord_distribute(coord_run *r, uint8_t *buf, kiln_status *local
   size_t slots = 0, n = 0;
   kiln_status rc;
   memset(buf, 0, COORD_HDR + COORD_MAP_BYTES);
+  fetch_shared(r);
   if (!mine || !scratch)
     *local_rc = kiln_fail(KILN_ENOMEM, "coordination: out of memory");
   else
