@@ -224,9 +224,11 @@ static kiln_status make_collections(struct kiln_remote *r, kiln_remote_stats *d)
 }
 
 /* What a server without the collections answers a PUT: 409 (RFC 4918), or
- * 500 (nginx without create_full_put_path). */
-static int missing_collection(const kiln_remote_req *q) {
-  return q->status == 409 || q->status == 500;
+ * 500 (nginx without create_full_put_path). Collections are WebDAV's: the
+ * file:// backend makes ac/ and cas/ itself, and its 409 and 500 mean
+ * something else (a directory where an object belongs, an I/O error). */
+static int missing_collection(const struct kiln_remote *r, const kiln_remote_req *q) {
+  return r->be == &kiln_remote_http && (q->status == 409 || q->status == 500);
 }
 
 /* Until the collections are known to exist: the round's first PUT, alone.
@@ -250,7 +252,7 @@ static void pilot(struct kiln_remote *r, up_item *u, size_t n, kiln_remote_req *
   if (q->rc == KILN_OK) {
     u[i].piloted = 1;
     collections_seen(r, q->path); /* a server that makes them itself: no more pilots */
-  } else if (missing_collection(q) && make_collections(r, d) != KILN_OK)
+  } else if (missing_collection(r, q) && make_collections(r, d) != KILN_OK)
     kiln_log(KILN_LOG_WARN, "%s", kiln_last_error()); /* the round's PUTs will say what fails */
   kiln_remote_reqs_reset(q, 1);
 }
@@ -325,7 +327,7 @@ out:
 /* One request; a missing collection's answer is met by making them, once. */
 static kiln_status probe_request(struct kiln_remote *r, kiln_remote_req *q, kiln_remote_stats *d) {
   kiln_remote_run(r, q, 1);
-  if (missing_collection(q) && !collections_known(r)) {
+  if (missing_collection(r, q) && !collections_known(r)) {
     kiln_status mk = make_collections(r, d);
     if (mk != KILN_OK) return mk;
     kiln_remote_reqs_reset(q, 1);
