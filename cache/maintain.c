@@ -65,7 +65,7 @@ static kiln_status walk_cas(kiln_cache *c, blob_fn fn, void *user) {
       if (snprintf(path, sizeof path, "%s/%s", sub, e->d_name) >= (int)sizeof path) continue;
       if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
       if (strlen(d->d_name) == 2 && strlen(e->d_name) == 62) {
-        snprintf(digest, sizeof digest, "%s%s", d->d_name, e->d_name);
+        snprintf(digest, sizeof digest, "%.2s%.62s", d->d_name, e->d_name);
         if (!kiln_is_hex64(digest)) digest[0] = '\0';
       }
       fn(path, digest, &st, user);

@@ -22,7 +22,6 @@
 #include "common/digest.h"
 #include "common/error.h"
 #include "common/fileio.h"
-#include "common/params.h"
 
 /* The old index's rows by rowid, as far as they can be read. */
 typedef struct salvage {
@@ -236,6 +235,7 @@ static kiln_status repair_dir(kiln_cache_repair_report *r, const char *dir) {
   salvage s = {.r = r};
   sqlite3 *db = NULL;
   struct stat st;
+  kiln_fs_info fs;
   kiln_status rc;
   int fd;
   fresh[0] = '\0';
@@ -251,6 +251,11 @@ static kiln_status repair_dir(kiln_cache_repair_report *r, const char *dir) {
   if (st.st_uid != geteuid()) {
     rc = kiln_fail(KILN_EPERM, "%s is owned by uid %u, not by you: not repaired", index,
                    (unsigned)st.st_uid);
+    goto out;
+  }
+  /* it writes the index: not where other hosts use it (cache/store_fs.c) */
+  if (kiln_fs_probe(dir, &fs) == KILN_OK && fs.shared) {
+    rc = kiln_cache_refuse_shared(dir, &fs);
     goto out;
   }
   KILN_CHECK(open_alone(&db, index));
@@ -294,7 +299,7 @@ kiln_status kiln_cache_repair(kiln_cache_repair_report *out, const char *dir) {
     if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
       return kiln_fail(KILN_EINVAL, "cache path too long");
   } else {
-    KILN_CHECK(kiln_param_cache_dir_path(path, sizeof path));
+    KILN_CHECK(kiln_cache_default_dir(path, sizeof path, NULL, 0));
   }
   rc = repair_dir(out, path);
   if (rc != KILN_OK) {

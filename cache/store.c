@@ -331,7 +331,10 @@ static kiln_status open_primary_ro(kiln_cache *c) {
   KILN_CHECK(kiln_path_join(path, sizeof path, dir, "index.sqlite"));
   if (lstat(path, &st) != 0 ? errno == ENOENT : S_ISREG(st.st_mode) && st.st_size == 0)
     return open_empty(c);
-  KILN_CHECK(index_uri(path, sizeof path, dir, index_immutable(dir)));
+  /* On a shared file system the -shm another host maps is not this one's:
+   * read index.sqlite alone, never making or using a -wal or -shm there. */
+  if (c->primary.fs.shared) kiln_cache_note_shared_read(dir, &c->primary.fs, "cache");
+  KILN_CHECK(index_uri(path, sizeof path, dir, c->primary.fs.shared || index_immutable(dir)));
   SQL_CHECK(c->primary.db,
             sqlite3_open_v2(path, &c->primary.db,
                             SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_FULLMUTEX |
@@ -370,7 +373,11 @@ static kiln_status open_primary(kiln_cache *c, int create) {
   KILN_CHECK(kiln_path_join(c->tmp_dir, sizeof c->tmp_dir, c->primary.dir, "tmp"));
   KILN_CHECK(
       kiln_path_join(c->quarantine_dir, sizeof c->quarantine_dir, c->primary.dir, "quarantine"));
+  /* before anything is made: a failed probe leaves the checks below to say why */
+  if (kiln_fs_probe(c->primary.dir, &c->primary.fs) != KILN_OK)
+    memset(&c->primary.fs, 0, sizeof c->primary.fs);
   if (c->read_only) return open_primary_ro(c);
+  if (c->primary.fs.shared) return kiln_cache_refuse_shared(c->primary.dir, &c->primary.fs);
   if (create) KILN_CHECK(kiln_mkdir_p(c->primary.dir, 0700));
   KILN_CHECK(check_dir(c->primary.dir, 0));
   KILN_CHECK(check_kiln_dir(c->primary.dir));
@@ -410,13 +417,6 @@ static kiln_status layer_schema(sqlite3 *db) {
   rc = kiln_sql_exec(db, "SELECT " KILN_RECORD_COLUMNS " FROM records LIMIT 1", "read records");
 out:
   return rc;
-}
-
-static int wal_pending(const char *dir) {
-  char wal[KILN_PATH_MAX];
-  struct stat st;
-  if (snprintf(wal, sizeof wal, "%s/index.sqlite-wal", dir) >= (int)sizeof wal) return 0;
-  return stat(wal, &st) == 0 && st.st_size > 0;
 }
 
 int kiln_layer_trusted(const char *dir, char *why, size_t cap) {
@@ -461,7 +461,7 @@ static void open_layer(kiln_cache *c, const char *dir) {
   char uri[KILN_PATH_MAX + 64], why[512];
   kiln_layer *l;
   kiln_status rc;
-  int r;
+  int r, immutable;
   if (c->n_layers == KILN_MAX_LAYERS) {
     kiln_log(KILN_LOG_WARN, "more than %d read-only cache layers: skipping %s", KILN_MAX_LAYERS,
              dir);
@@ -476,17 +476,24 @@ static void open_layer(kiln_cache *c, const char *dir) {
     return;
   }
   l = &c->layers[c->n_layers];
+  memset(l, 0, sizeof *l);
   snprintf(l->dir, sizeof l->dir, "%s", dir);
   /* immutable skips locking and the WAL; a layer whose writer is still open
    * (or was killed) has committed rows in index.sqlite-wal, so read it as a
    * plain read-only database then. A cache baked into an image has no WAL:
-   * the last writer to close checkpoints it into index.sqlite. */
-  if (wal_pending(dir))
+   * the last writer to close checkpoints it into index.sqlite. Not on a
+   * shared file system, whose -shm is another host's (or unknown: immutable
+   * is the safe read). */
+  if (kiln_fs_probe(dir, &l->fs) != KILN_OK) l->fs.shared = 1;
+  immutable = l->fs.shared || !kiln_index_wal_pending(dir);
+  if (l->fs.shared)
+    kiln_cache_note_shared_read(dir, &l->fs, "read-only cache layer");
+  else if (!immutable)
     kiln_log(KILN_LOG_INFO,
              "read-only cache layer %s has a write-ahead log: opened without "
              "immutable",
              dir);
-  if (index_uri(uri, sizeof uri, dir, !wal_pending(dir)) != KILN_OK) {
+  if (index_uri(uri, sizeof uri, dir, immutable) != KILN_OK) {
     kiln_log(KILN_LOG_WARN, "read-only cache layer %s: path too long, skipped", dir);
     return;
   }
@@ -573,8 +580,8 @@ kiln_status kiln_cache_open(kiln_cache **out, const kiln_cache_options *opts) {
       rc = kiln_fail(KILN_EINVAL, "cache path too long");
       goto out;
     }
-  } else {
-    KILN_CHECK(kiln_param_cache_dir_path(c->primary.dir, sizeof c->primary.dir));
+  } else { /* the default may move off a shared file system (cache/store_fs.c) */
+    KILN_CHECK(kiln_cache_default_dir(c->primary.dir, sizeof c->primary.dir, NULL, 0));
   }
   /* version 1's struct ends before read_only */
   c->read_only = opts->version >= 2 && opts->read_only;

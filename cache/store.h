@@ -7,6 +7,7 @@
 
 #include "cache/record_fields.h" /* KILN_RECORD_COLUMNS */
 #include "cache/sql.h"           /* kiln_sql_*, SQL_CHECK */
+#include "common/fstype.h"       /* kiln_fs_info */
 #include "kiln/cache.h"
 
 #define KILN_MAX_LAYERS 16
@@ -15,6 +16,7 @@
 typedef struct kiln_layer {
   char dir[KILN_PATH_MAX];
   sqlite3 *db;
+  kiln_fs_info fs; /* its file system: a shared one is only read, immutable */
 } kiln_layer;
 
 struct kiln_cache {
@@ -37,6 +39,34 @@ struct kiln_cache {
   char token[33];             /* random, unique to this handle: owns its leases */
   struct kiln_remote *remote; /* the remote cache, or NULL (cache/remote/remote.c) */
 };
+
+/* The rules for shared file systems (cache/store_fs.c; docs/cache-format.md,
+ * "Shared file systems"). The primary directory when the caller names none:
+ * KILN_CACHE_DIR, else the default ($XDG_CACHE_HOME/kiln, ~/.cache/kiln),
+ * except that a default on a shared file system is replaced by the node-local
+ * kiln_cache_node_local_dir (said once at info; moved_from, may be NULL, gets
+ * the default it replaced, else ""), unless that is shared too. */
+kiln_status kiln_cache_default_dir(char *out, size_t cap, char *moved_from, size_t moved_cap);
+/* /var/tmp/kiln-<uid>: node-local on any host whose /var/tmp is a disk
+ * (KILN_TEST_NODE_LOCAL_DIR, a test hook, names another). */
+void kiln_cache_node_local_dir(char *out, size_t cap);
+/* For messages, where to put an index instead: kiln_cache_node_local_dir
+ * when that is local here, else "DIR on a local disk". Returns buf. */
+const char *kiln_cache_local_advice(char *buf, size_t cap);
+/* KILN_EUNSUPPORTED for a read-write primary dir on the shared file system
+ * fs, with what to do instead (and, for a directory that holds an index, the
+ * export | import that moves its artifacts to a node-local cache). */
+kiln_status kiln_cache_refuse_shared(const char *dir, const kiln_fs_info *fs);
+/* 1 when dir's index is in WAL mode (its header says so) or has an -wal or
+ * -shm file beside it: what must never be on a shared file system. */
+int kiln_index_is_wal(const char *dir);
+/* 1 when dir's index.sqlite-wal holds committed rows not yet in index.sqlite
+ * (a writer has it open, or was killed). */
+int kiln_index_wal_pending(const char *dir);
+/* An index on a shared file system is read immutable: says at info, when
+ * its -wal holds rows, that those are not read. what: "cache", "read-only
+ * cache layer". */
+void kiln_cache_note_shared_read(const char *dir, const kiln_fs_info *fs, const char *what);
 
 /* A read-only layer is trusted when its directory, its index.sqlite and its
  * cas/ (if any) are each owned by this user or root and not writable by

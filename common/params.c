@@ -147,6 +147,11 @@ const char *kiln_param_raw(kiln_param_id id) {
   return s;
 }
 
+const char *kiln_param_now(kiln_param_id id) {
+  const char *v = getenv(defs[id].name);
+  return v && *v ? v : NULL;
+}
+
 kiln_status kiln_option_int(int *out, int value, kiln_param_id id, const char *field) {
   const param_def *d = &defs[id];
   if (value == KILN_ENV) return kiln_param_int(out, id);

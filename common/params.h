@@ -40,6 +40,10 @@ const char *kiln_param_str(kiln_param_id id);
 /* Any variable's text as first read (e.g. to quote a malformed number), or
  * NULL when unset or "". */
 const char *kiln_param_raw(kiln_param_id id);
+/* A text variable as the environment has it now, or NULL when unset or "":
+ * not kept, for the test seams a test changes within one process
+ * (KILN_TEST_FSTYPE). Valid until the environment changes. */
+const char *kiln_param_now(kiln_param_id id);
 
 /* An options field that may say KILN_ENV (include/kiln/api.h): KILN_ENV
  * takes the variable (or its default); any other value must lie in the

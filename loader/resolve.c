@@ -121,7 +121,7 @@ static kiln_status resolve_units_locked(kiln_loader *l, const size_t *units, siz
   }
   if (!n_missing) goto out;
   if (l->offline) {
-    char reason[512];
+    char reason[600]; /* note (512) and the words around it */
     snprintf(reason, sizeof reason, "KILN_OFFLINE=1 forbids building it here%s%s",
              *note ? "; " : "", note);
     rc = no_artifact(l, missing[0], held[0], reason);

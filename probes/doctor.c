@@ -28,8 +28,10 @@
 typedef struct doctor_ctx {
   kiln_doctor_report *r;
   const kiln_doctor_options *o;
-  char dir[4096];    /* the primary directory */
-  kiln_cache *cache; /* NULL when it cannot be opened: */
+  char dir[4096];        /* the primary directory */
+  char moved_from[4096]; /* the default dir replaced by a node-local one, or "" */
+  char layers[8192];     /* the read-only layers, colon-separated */
+  kiln_cache *cache;     /* NULL when it cannot be opened: */
   kiln_status open_rc;
   char open_error[1024]; /* why */
   int n_gpus, driver;    /* driver: CUDA version, 0 with no driver */
@@ -184,7 +186,7 @@ static void check_driver_artifacts(doctor_ctx *x) {
 
 static void check_cache_dir(doctor_ctx *x) {
   struct stat st;
-  char fix[4200];
+  char fix[8400];
   const char *p = x->dir;
   if (stat(p, &st) != 0) {
     if (errno == ENOENT)
@@ -260,7 +262,7 @@ static void check_cache_dir(doctor_ctx *x) {
 
 static void check_disk_space(doctor_ctx *x) {
   struct statvfs v;
-  char path[4096], fix[4200], sz[2][32];
+  char path[4096], fix[8400], sz[2][32];
   unsigned long long avail;
   snprintf(path, sizeof path, "%s", x->dir);
   while (statvfs(path, &v) != 0) { /* not created yet: its nearest parent */
@@ -364,7 +366,7 @@ static void check_quarantine(doctor_ctx *x) {
   DIR *d;
   struct dirent *e;
   size_t n = 0;
-  char fix[4400];
+  char fix[8800];
   if (!x->cache) {
     doctor_add(x->r, "quarantine", KILN_DOCTOR_SKIP, NULL, "no cache to read");
     return;
@@ -463,17 +465,26 @@ static void check_remote(doctor_ctx *x) {
 
 static void open_cache(doctor_ctx *x) {
   kiln_cache_options o = KILN_CACHE_OPTIONS_INIT;
-  char ro[8192] = "";
+  char *ro = x->layers;
   size_t len = 0;
   o.read_only = 1; /* a doctor creates, migrates and writes nothing */
   if (x->o && x->o->n_dirs > 0) {
     o.dir = x->o->dirs[0];
-    for (size_t i = 1; i < x->o->n_dirs && len < sizeof ro; i++)
-      len += (size_t)snprintf(ro + len, sizeof ro - len, "%s%s", i > 1 ? ":" : "", x->o->dirs[i]);
+    for (size_t i = 1; i < x->o->n_dirs && len < sizeof x->layers; i++)
+      len += (size_t)snprintf(ro + len, sizeof x->layers - len, "%s%s", i > 1 ? ":" : "",
+                              x->o->dirs[i]);
     o.ro_path = ro;
     snprintf(x->dir, sizeof x->dir, "%s", o.dir);
-  } else if (kiln_param_cache_dir_path(x->dir, sizeof x->dir) != KILN_OK) {
-    x->dir[0] = '\0';
+  } else {
+    /* the directory a build would use: the default may have moved off a
+     * shared file system (cache/store_fs.c) */
+    if (kiln_cache_default_dir(x->dir, sizeof x->dir, x->moved_from, sizeof x->moved_from) !=
+            KILN_OK &&
+        kiln_param_cache_dir_path(x->dir, sizeof x->dir) != KILN_OK)
+      x->dir[0] = '\0';
+    o.dir = x->dir[0] ? x->dir : NULL;
+    snprintf(x->layers, sizeof x->layers, "%s",
+             kiln_param_cache_path() ? kiln_param_cache_path() : "");
   }
   if (access(x->dir, F_OK) != 0) return;
   if ((x->open_rc = kiln_cache_open(&x->cache, &o)) == KILN_OK) return;
@@ -506,6 +517,7 @@ kiln_status kiln_doctor_run(kiln_doctor_report **out, const kiln_doctor_options 
   open_cache(&x);
   doctor_env_names(x.r);
   check_cache_dir(&x);
+  doctor_cache_fs(x.r, x.dir, x.moved_from, x.layers);
   check_disk_space(&x);
   check_driver(&x);
   check_nvrtc(&x);

@@ -118,7 +118,10 @@ def _remote_options(remote: str | None, upload: bool | None) -> _lib.kiln_remote
 class Cache:
     """A kiln cache: a primary directory and read-only layers.
 
-    ``dir`` None: KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln.
+    ``dir`` None: KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln
+    (a default on a file system shared between hosts, such as an NFS home,
+    moves to the node-local /var/tmp/kiln-<uid>; a ``dir`` there is refused
+    with KilnUnsupported: docs/cache-format.md, "Shared file systems").
     ``layers`` None: KILN_CACHE_PATH. ``remote`` None: KILN_REMOTE_URL ("" for
     none); ``upload`` None: KILN_REMOTE_UPLOAD. ``read_only``: inspect the
     primary directory without creating, migrating or writing anything (a

@@ -19,6 +19,7 @@ for c in d["checks"]:
     for k in ("summary", "fix"):
         if isinstance(c[k], str): c[k] = c[k].replace(t, "<T>")
     if c["id"] == "disk_space": c["summary"] = re.sub(r"^[0-9.]+ MiB free on \S+", "<free> on <fs>", c["summary"])
+    if c["id"] == "cache_fs": c["summary"] = re.sub(r": \S+ \(local\)", ": <fstype> (local)", c["summary"])
     if c["id"] == "nvrtc" and c["status"] == "PASS": c["summary"] = re.sub(r"NVRTC [0-9.]+$", "NVRTC <version>", c["summary"])
 print(json.dumps(d, indent=2, sort_keys=True))
 PY
@@ -40,7 +41,7 @@ KILN_CUDA_LIBRARY=$NODRV expect_exit 0 kiln doctor --cache "$F" --json
 golden doctor_nogpu.json
 expect_eq "$(json "$OUT" 'd["schema"]')" kiln-doctor/1 schema
 expect_eq "$(json "$OUT" '[c["id"] for c in d["checks"]]')" \
-  '["env", "cache_dir", "disk_space", "driver", "nvrtc", "driver_artifacts", "offline", "leases", "quarantine", "conflicts", "timeouts", "remote"]' "check ids"
+  '["env", "cache_dir", "cache_fs", "disk_space", "driver", "nvrtc", "driver_artifacts", "offline", "leases", "quarantine", "conflicts", "timeouts", "remote"]' "check ids"
 expect_eq "$(status driver)" SKIP driver
 expect_eq "$(status remote)" SKIP remote
 KILN_CUDA_LIBRARY=$NODRV expect_exit 0 kiln doctor --cache "$F"
