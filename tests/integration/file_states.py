@@ -1,13 +1,22 @@
 #!/usr/bin/env python3
 """The file-state matrix (issue 20): every file and directory a cache holds, put
-in turn into every bad state, under every kiln command and the loader.
+in turn into every bad state, under every kiln command and the loader; and
+(issue 27) every file and directory of a file:// remote, under every command
+that reads or writes one.
 
 The cases are generated, not written: TARGETS x STATES x COMMANDS, less the
 pairs that mean nothing (a directory cannot be cut short, nor made into a
-directory). Each case gets its own copy of the fixture cache (the "small"
-one: bias_gelu for sm_90, whose compile and known-answer test take a second,
-so a case that rebuilds costs little), puts one state at one target, and runs
-one command under the command's bound. --pairs runs one case per (target,
+directory; a file cannot be made a read-only directory; NOT_A_CASE). Each case
+gets its own copy of the fixture cache (the "small" one: bias_gelu for sm_90,
+whose compile and known-answer test take a second, so a case that rebuilds
+costs little), puts one state at one target, and runs one command under the
+command's bound. The remote's targets (ac/ and cas/, a record, a blob, a
+killed uploader's temp file, the directory itself) are in the case's own copy
+of a remote the fixture was uploaded into once per run (kiln build --upload),
+and meet the REMOTE_COMMANDS instead: a fetch into an empty cache by kiln build
+(whose compiles are made to fail, so a bad object is a quick failure, not a
+compile) and by the offline loader (warmup), an upload of the fixture, doctor
+with uploads on, and cache gc --remote. --pairs runs one case per (target,
 state) pair instead, the commands taken in turn, so every pair and every
 command is still met (the sanitizer build's subset). It passes when:
 
@@ -18,13 +27,22 @@ command is still met (the sanitizer build's subset). It passes when:
     "index.sqlite-wal"), or for a blob its digest; the fan-out, tmp/ and
     quarantine/ directories by absolute path or by a path inside the cache
     that passes through them ("cas/53/", "tmp/", "quarantine/"); a layer's
-    index by its absolute path or the layer's directory;
-  - nothing outside the cache changed: the folder "outside" beside it (the
-    symlink state's target, a copy of what the link replaced, and a sentinel
-    file and directory) has the same entries, modes, sizes, mtimes and bytes;
+    index by its absolute path or the layer's directory; in the remote, a
+    record by its absolute path, "ac/<key>" or its key, a blob by its
+    absolute path, "cas/<digest>" or its digest, the temp file by its
+    absolute path or "cas/.tmp...", the directory and ac/ and cas/ by their
+    absolute paths (or that of a file below them);
+  - nothing outside the cache (or the remote's directory) changed: the folder
+    "outside" beside it (the symlink state's target, a copy of what the link
+    replaced, and a sentinel file and directory) has the same entries, modes,
+    sizes, mtimes and bytes;
   - every image the (fake) driver loaded is a blob of the fixture, unaltered:
     each "load ok ... sha256=X" line of KILN_FAKE_CUDA_LOG has X among the
-    fixture's artifact digests.
+    fixture's artifact digests;
+  - after a fetch from the remote, no bad bytes were stored: every record of
+    the (formerly empty) local cache is one of the fixture's, its blob there
+    and hashing to its digest, and every file under its cas/ hashes to its
+    name.
 
 Cases listed in KNOWN_FAILURES are still run and reported (XFAIL, with what
 went wrong); one that passes is an error (XPASS), so the list cannot go stale.
@@ -50,8 +68,12 @@ import zlib
 # ---- the matrix ---------------------------------------------------------------------------------
 
 # name: (kind, where). kind "file" or "dir"; where: "primary", "primary+wal" (a copy whose last
-# transaction is still in index.sqlite-wal, with its -shm) or "layer" (a read-only layer in
-# KILN_CACHE_PATH over an empty primary). The path is resolved against the case's copy.
+# transaction is still in index.sqlite-wal, with its -shm), "layer" (a read-only layer in
+# KILN_CACHE_PATH over an empty primary) or "remote" (a file:// remote directory, issue 27: the
+# case's copy of a template the fixture was uploaded into once per run, DIR/ac/<key> and
+# DIR/cas/<digest>, plus a killed uploader's stale temp file DIR/cas/.tmp.*). The path is
+# resolved against the case's copy. A "remote" target meets the REMOTE_COMMANDS, the others
+# the COMMANDS.
 TARGETS = {
     "index": ("file", "primary"),
     "wal": ("file", "primary+wal"),
@@ -62,11 +84,24 @@ TARGETS = {
     "quarantine": ("dir", "primary"),
     "layer_index": ("file", "layer"),
     "layer_blob": ("file", "layer"),
+    "remote_root": ("dir", "remote"),  # DIR itself
+    "remote_ac": ("dir", "remote"),  # DIR/ac
+    "remote_cas": ("dir", "remote"),  # DIR/cas
+    "remote_record": ("file", "remote"),  # DIR/ac/<key>
+    "remote_blob": ("file", "remote"),  # DIR/cas/<digest>
+    "remote_tmp": ("file", "remote"),  # DIR/cas/.tmp.<digest>.<host>.<pid>.<n>, 2 hours old
 }
 
 STATES = ["fifo", "symlink_out", "directory", "empty", "truncated", "garbage", "sparse_4g",
-          "unreadable"]
+          "unreadable", "readonly_dir"]
 NOT_FOR_DIRS = {"directory", "truncated"}  # a directory is one already, and has no length
+NOT_FOR_FILES = {"readonly_dir"}  # mode 0555 (as root: run without capabilities, as unreadable)
+
+# Single (target, state) pairs that mean nothing, as "target.state" -> why.
+NOT_A_CASE = {
+    "remote_root.symlink_out": "the URL names the remote's directory, and it may be a link (a "
+                               "mount point's alias): only the paths below it are never followed",
+}
 
 # The fixture's one unit and target (tests/integration/fixture_small.sh).
 UNIT, ARCH, TARGET = "bias_gelu", "90", "sm_90"
@@ -91,6 +126,30 @@ COMMANDS = {
     "warmup_verify": (["warmup", "--verify", "--offline", "--kernels", UNIT], 60),
 }
 
+# The commands of a "remote" target: each runs with KILN_REMOTE_URL=file:///DIR (the case's
+# remote) and, where it takes one, --remote file:///DIR (URL below); name: (arguments after
+# "kiln", bound in seconds, the local --cache: "empty" (a new directory) or "fixture" (a copy)).
+URL = "{url}"
+REMOTE_COMMANDS = {
+    # a fetch into an empty cache: a good remote gives 0 builds. kiln build has no offline mode,
+    # so every compile fails at once (KILN_TEST_INJECT_COMPILE_ERROR): a bad object is a clean
+    # failure (exit 1), never a slow NVRTC compile. Afterwards every record of the local cache
+    # must be the fixture's and every blob must hash to its name (CHECK_LOCAL).
+    "fetch": (["build", "--arch", ARCH, "--kernels", UNIT, "--remote", URL, "--json"], 30, "empty"),
+    # the loader's fetch (resolution step 3), offline: a miss is an error, not a build
+    "fetch_warmup": (["warmup", "--offline", "--kernels", UNIT], 30, "empty"),
+    # the fixture written back: HEAD ac/<key>, then PUT the blob and the record
+    "upload": (["build", "--arch", ARCH, "--kernels", UNIT, "--remote", URL, "--upload"], 30,
+               "fixture"),
+    # with KILN_REMOTE_UPLOAD=1: a GET of a key nobody builds, a test PUT and DELETE in cas/
+    "doctor_remote": (["doctor"], 10, "fixture"),
+    "gc_remote": (["cache", "gc", "--remote", URL, "--max-age", "0"], 10, "fixture"),
+}
+REMOTE_ENV = {"fetch": {"KILN_TEST_INJECT_COMPILE_ERROR": UNIT},
+              "doctor_remote": {"KILN_REMOTE_UPLOAD": "1"}}
+CHECK_LOCAL = {"fetch", "fetch_warmup"}
+ALL_COMMANDS = {**COMMANDS, **REMOTE_COMMANDS}
+
 # States a command may take for "nothing here" rather than a fault, as "target.state" -> why:
 # a non-zero exit need not name the file then, but must be exit 1 (a miss: "MISSING", "not in
 # the cache"), never 2. docs/cache-format.md ("Empty index") records the decision.
@@ -105,30 +164,49 @@ CACHES_AS_LAYERS = {"check"}
 
 # Cases known to fail because of defects outside this test's reach, as "target.state.command"
 # globs, each with the defect. They still run (XFAIL); one that passes is an error (XPASS), so
-# the list cannot go stale. Empty: every defect the matrix found is fixed (issue 20).
-KNOWN_FAILURES = {}
+# the list cannot go stale. Every defect the cache targets found is fixed (issue 20); these are
+# the file:// remote's (issue 27), reported to its owner.
+_RECORD_UNNAMED = ("a record that is not JSON is rejected as 'remote record <12 hex>... is "
+                   "malformed' (cache/remote/record.c, decode; said by cache/remote/fetch.c, "
+                   "fetch_records): neither its path DIR/ac/<key> nor its whole key is named")
+KNOWN_FAILURES = {
+    "remote_record.empty.fetch*": _RECORD_UNNAMED,
+    "remote_record.truncated.fetch*": _RECORD_UNNAMED,
+    "remote_record.garbage.fetch*": _RECORD_UNNAMED,
+}
 
 SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
                    "UndefinedBehaviorSanitizer")
 
 
-def cases():
+def commands_for(target):
+    return REMOTE_COMMANDS if TARGETS[target][1] == "remote" else COMMANDS
+
+
+def target_states():
     for t, (kind, _) in TARGETS.items():
         for s in STATES:
-            if kind == "dir" and s in NOT_FOR_DIRS:
+            if s in (NOT_FOR_DIRS if kind == "dir" else NOT_FOR_FILES) or f"{t}.{s}" in NOT_A_CASE:
                 continue
-            for c in COMMANDS:
-                yield t, s, c
+            yield t, s
+
+
+def cases():
+    for t, s in target_states():
+        for c in commands_for(t):
+            yield t, s, c
 
 
 def pairs():
-    """One case per (target, state), the commands in turn: every pair and every command."""
-    names = list(COMMANDS)
-    seen = []
-    for t, s, _ in cases():
-        if (t, s) not in seen:
-            seen.append((t, s))
-    return [(t, s, names[i % len(names)]) for i, (t, s) in enumerate(seen)]
+    """One case per (target, state), the target's commands in turn: every pair and every
+    command (local and remote each have their own turn)."""
+    turn = {}  # remote or not: the next command's turn
+    out = []
+    for t, s in target_states():
+        names, remote = list(commands_for(t)), TARGETS[t][1] == "remote"
+        i = turn[remote] = turn.get(remote, -1) + 1
+        out.append((t, s, names[i % len(names)]))
+    return out
 
 
 # ---- the fixture --------------------------------------------------------------------------------
@@ -164,6 +242,91 @@ def make_wal_base(fixture, dest):
     for f in ("index.sqlite-wal", "index.sqlite-shm"):
         if not os.path.isfile(os.path.join(dest, f)):
             raise SystemExit(f"the WAL copy has no {f}")
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def make_remote_template(env, kiln, dest):
+    """A file:// remote holding the fixture (DIR/ac/<key>, DIR/cas/<digest>), written by kiln
+    itself: `kiln build --remote file:///DEST --upload` from a copy of the fixture. Then a stale
+    temp file of a killed uploader in cas/ (and one in ac/), for the gc and the remote_tmp
+    target. Checked: a fetch from it into an empty cache gets the fixture's record, builds
+    nothing."""
+    up = dest + ".uploader"
+    shutil.copytree(env.fixture, up, symlinks=True)
+    os.mkdir(dest)
+    url = "file://" + dest
+    run = [kiln, "build", "--arch", ARCH, "--kernels", UNIT, "--cache", up, "--remote", url]
+    r = subprocess.run(run + ["--upload"], capture_output=True, text=True, env=env.base_env,
+                       timeout=120)
+    shutil.rmtree(up)
+    if r.returncode != 0:
+        raise SystemExit(f"uploading the fixture to {url} failed (exit {r.returncode}):\n"
+                         + r.stdout + r.stderr)
+    for rel in ("ac/" + env.key, "cas/" + env.digest):
+        if not os.path.isfile(os.path.join(dest, rel)):
+            raise SystemExit(f"the upload to {url} left no {rel}")
+    if sha256_file(os.path.join(dest, "cas", env.digest)) != env.digest:
+        raise SystemExit(f"the upload to {url} wrote other bytes than the fixture's blob")
+    old = time.time() - 7200
+    for rel in (env.remote_tmp, f"ac/.tmp.{env.key}.otherhost.4242.0"):
+        p = os.path.join(dest, rel)
+        with open(p, "wb") as f:
+            f.write(garbage(rel, 1000))  # half an upload
+        os.utime(p, (old, old))
+    empty = dest + ".fetcher"
+    os.mkdir(empty, 0o700)
+    r = subprocess.run([kiln, "build", "--arch", ARCH, "--kernels", UNIT, "--cache", empty,
+                        "--remote", url, "--json"], capture_output=True, text=True,
+                       env=dict(env.base_env, KILN_TEST_INJECT_COMPILE_ERROR=UNIT), timeout=120)
+    problems = check_local(env, empty)
+    got = artifact_records(empty) if os.path.exists(os.path.join(empty, "index.sqlite")) else []
+    shutil.rmtree(empty)
+    if r.returncode != 0 or problems or got != artifact_records(env.fixture):
+        raise SystemExit(f"a fetch from the fixture's remote {url} into an empty cache does not "
+                         f"get its record (exit {r.returncode}, {got}, {problems}):\n"
+                         + r.stdout[-2000:] + r.stderr)
+
+
+def check_local(env, cache):
+    """No bad bytes fetched: every record of the cache is the fixture's, its blob there and
+    hashing to its digest; every file in cas/ hashes to its name."""
+    problems = []
+    index = os.path.join(cache, "index.sqlite")
+    if os.path.exists(index):
+        try:
+            db = sqlite3.connect(f"file:{index}?mode=ro", uri=True)
+            try:
+                recs = db.execute("SELECT key, digest, size FROM records").fetchall()
+            finally:
+                db.close()
+        except sqlite3.Error as e:
+            return [f"the local cache's index cannot be read after the fetch: {e}"]
+        for key, digest, size in recs:
+            blob = os.path.join(cache, blob_rel(digest))
+            if (key, digest, size) not in env.fixture_recs:
+                problems.append(f"the local cache has a record the fixture has not: {key} "
+                                f"{digest} {size}")
+            elif not os.path.isfile(blob) or os.path.islink(blob):
+                problems.append(f"record {key} has no blob {blob_rel(digest)}")
+            elif sha256_file(blob) != digest:
+                problems.append(f"record {key}'s blob {blob_rel(digest)} has other bytes")
+    cas = os.path.join(cache, "cas")
+    for d, _, files in os.walk(cas):
+        for n in files:
+            p = os.path.join(d, n)
+            name = os.path.relpath(p, cas).replace("/", "")
+            if os.path.islink(p) or not os.path.isfile(p):
+                problems.append(f"the local cache has {os.path.relpath(p, cache)}, no regular file")
+            elif sha256_file(p) != name:
+                problems.append(f"the local cache stored bad bytes: {os.path.relpath(p, cache)}")
+    return problems
 
 
 # ---- states -------------------------------------------------------------------------------------
@@ -218,6 +381,8 @@ def apply_state(state, path, outside, seed):
         os.truncate(path, 4 << 30)
     elif state == "unreadable":
         os.chmod(path, 0)
+    elif state == "readonly_dir":
+        os.chmod(path, 0o555)
     else:
         raise ValueError(state)
     return True
@@ -246,6 +411,11 @@ class Env:
 
 
 def target_path(env, target, root):
+    if target.startswith("remote_"):
+        rel = {"remote_root": "", "remote_ac": "ac", "remote_cas": "cas",
+               "remote_record": "ac/" + env.key, "remote_blob": "cas/" + env.digest,
+               "remote_tmp": env.remote_tmp}[target]
+        return os.path.join(root, rel) if rel else root
     if target in ("index", "layer_index"):
         return os.path.join(root, "index.sqlite")
     if target == "wal":
@@ -262,6 +432,14 @@ def target_path(env, target, root):
 def names_of(env, target, root, path):
     """The strings any one of which names the target in a message."""
     rel = os.path.relpath(path, root)
+    if target in ("remote_root", "remote_ac", "remote_cas"):
+        return [path]  # also a prefix of the path of anything below it
+    if target == "remote_record":
+        return [path, rel, env.key]
+    if target == "remote_blob":
+        return [path, rel, env.digest]
+    if target == "remote_tmp":
+        return [path, rel]
     if target == "blob" or target == "layer_blob":
         return [path, rel, env.digest]
     if target in ("fanout", "tmp", "quarantine"):
@@ -285,7 +463,16 @@ def run_case(env, target, state, command):
     primary = os.path.join(d, "cache")
     run_env = dict(env.base_env)
     run_env["KILN_FAKE_CUDA_LOG"] = os.path.join(d, "fake.log")
-    if where == "layer":
+    if where == "remote":
+        root = os.path.join(d, "remote")
+        shutil.copytree(env.remote_template, root, symlinks=True)
+        if REMOTE_COMMANDS[command][2] == "empty":
+            os.mkdir(primary, 0o700)
+        else:
+            shutil.copytree(env.fixture, primary, symlinks=True)
+        run_env["KILN_REMOTE_URL"] = "file://" + root
+        run_env.update(REMOTE_ENV.get(command, {}))
+    elif where == "layer":
         root = os.path.join(d, "layer")
         shutil.copytree(env.fixture, root, symlinks=True)
         os.mkdir(primary, 0o700)  # an empty cache of ours, as new_cache makes
@@ -297,11 +484,12 @@ def run_case(env, target, state, command):
     path = target_path(env, target, root)
     apply_state(state, path, outside, zlib.crc32(cid.encode()))
     before = tree(outside)
-    args, bound = COMMANDS[command]
+    args, bound = ALL_COMMANDS[command][:2]
+    args = [run_env["KILN_REMOTE_URL"] if a == URL else a for a in args]
     argv = [env.kiln] + args + ["--cache", primary]
     if where == "layer" and command in CACHES_AS_LAYERS:  # KILN_CACHE_PATH is ignored there
         argv += ["--cache", root]
-    if state == "unreadable" and env.drop_caps:
+    if state in ("unreadable", "readonly_dir") and env.drop_caps:
         argv = env.drop_caps + argv
     start = time.monotonic()
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=run_env,
@@ -333,7 +521,10 @@ def run_case(env, target, state, command):
             problems.append("exit %d without naming the file (any of: %s)"
                             % (p.returncode, ", ".join(repr(n) for n in names)))
     if tree(outside) != before:
-        problems.append("a file outside the cache changed (%s)" % outside)
+        problems.append("a file outside the %s changed (%s)"
+                        % ("remote's directory" if where == "remote" else "cache", outside))
+    if where == "remote" and command in CHECK_LOCAL:
+        problems += check_local(env, primary)
     log = os.path.join(d, "fake.log")
     if os.path.exists(log):
         with open(log) as f:
@@ -406,6 +597,14 @@ def main():
         raise SystemExit(f"the fixture should hold one {UNIT} {TARGET} record, not {recs}")
     env.digest = recs[0][0]
     env.good = {r[0] for r in recs}
+    db = sqlite3.connect(f"file:{a.fixture}/index.sqlite?mode=ro", uri=True)
+    try:
+        env.fixture_recs = set(db.execute("SELECT key, digest, size FROM records").fetchall())
+        env.key = db.execute("SELECT key FROM records WHERE digest = ?",
+                             (env.digest,)).fetchone()[0]
+    finally:
+        db.close()
+    env.remote_tmp = f"cas/.tmp.{env.digest}.otherhost.4242.0"
     env.wal_base = os.path.join(a.work, "wal-base")
     make_wal_base(a.fixture, env.wal_base)
     env.base_env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
@@ -414,20 +613,28 @@ def main():
     for var in ("ASAN_OPTIONS", "UBSAN_OPTIONS"):  # a report is found in the output, any exit
         env.base_env[var] = ":".join(filter(None, [env.base_env.get(var), "exitcode=86"]))
     env.drop_caps = drop_caps_prefix()
+    todo = [c for c in (pairs() if a.pairs else cases()) if fnmatch.fnmatch(".".join(c), a.only)]
+    if any(TARGETS[c[0]][1] == "remote" for c in todo) and not a.list:
+        env.remote_template = os.path.join(a.work, "remote-template")
+        make_remote_template(env, a.kiln, env.remote_template)
     os.makedirs(env.work)
 
-    todo = [c for c in (pairs() if a.pairs else cases()) if fnmatch.fnmatch(".".join(c), a.only)]
     notes = []
     if env.drop_caps is None:
-        todo = [c for c in todo if c[1] != "unreadable"]
-        notes.append("the unreadable state is skipped: running as root, and setpriv cannot drop "
-                     "the capabilities that let root read a mode-000 file")
+        todo = [c for c in todo if c[1] not in ("unreadable", "readonly_dir")]
+        notes.append("the unreadable and readonly_dir states are skipped: running as root, and "
+                     "setpriv cannot drop the capabilities that let root read a mode-000 file "
+                     "and write into a mode-555 directory")
     if a.list:
         print("\n".join(".".join(c) for c in todo))
         return 0
-    n_targets, n_states, n_cmds = len(TARGETS), len(STATES), len(COMMANDS)
-    print(f"file_states: {n_targets} targets x {n_states} states x {n_cmds} commands, "
-          f"{len(list(cases()))} cases (directories skip {sorted(NOT_FOR_DIRS)}), "
+    n_remote = sum(1 for w in TARGETS.values() if w[1] == "remote")
+    n_local_cases = sum(1 for t, _, _ in cases() if TARGETS[t][1] != "remote")
+    print(f"file_states: {len(TARGETS) - n_remote} cache targets x {len(COMMANDS)} commands "
+          f"({n_local_cases} cases) and {n_remote} file:// remote targets x "
+          f"{len(REMOTE_COMMANDS)} remote commands ({len(list(cases())) - n_local_cases} cases), "
+          f"x {len(STATES)} states (directories skip {sorted(NOT_FOR_DIRS)}, files "
+          f"{sorted(NOT_FOR_FILES)}, and {sorted(NOT_A_CASE)}): {len(list(cases()))} cases, "
           f"{len(todo)} to run on {a.jobs} workers"
           + (" (--pairs: one per target and state, the commands in turn)" if a.pairs else ""),
           flush=True)
@@ -464,14 +671,14 @@ def main():
     for cid, known in xpass:
         print(f"XPASS {cid}: passes now; remove it from KNOWN_FAILURES ({known})")
     print("file_states: per-command bound (slowest case): " + ", ".join(
-        f"{c} {COMMANDS[c][1]} s ({slowest[c][0]:.1f} s {slowest[c][1].rsplit('.', 1)[0]})"
-        for c in COMMANDS if c in slowest))
+        f"{c} {ALL_COMMANDS[c][1]} s ({slowest[c][0]:.1f} s {slowest[c][1].rsplit('.', 1)[0]})"
+        for c in ALL_COMMANDS if c in slowest))
     total = {}
     for cid, _, secs, _, _ in results:
         cmd = cid.rsplit(".", 1)[1]
         total[cmd] = total.get(cmd, 0.0) + secs
     print("file_states: time by command (sum over its cases): " + ", ".join(
-        f"{c} {total[c]:.0f} s" for c in COMMANDS if c in total))
+        f"{c} {total[c]:.0f} s" for c in ALL_COMMANDS if c in total))
     print("file_states: exit codes: " + ", ".join(
         f"{'timeout' if k is None else k}: {v}" for k, v in sorted(by_exit.items(),
                                                                   key=lambda kv: str(kv[0]))))
