@@ -17,6 +17,7 @@
 #include "cache/store.h"
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/fstype.h"
 #include "common/params.h"
 #include "kiln/remote.h"
 #include "probes/doctor.h"
@@ -420,7 +421,8 @@ static void check_offline(doctor_ctx *x) {
 
 static void check_remote(doctor_ctx *x) {
   kiln_remote_check_result res;
-  char extra[160];
+  char extra[400], fs[200];
+  int is_file;
   if (!x->cache && kiln_param_remote_url()) {
     doctor_add(x->r, "remote", KILN_DOCTOR_SKIP, NULL,
                "remote %s not checked: no cache open here (see cache_dir)",
@@ -439,22 +441,42 @@ static void check_remote(doctor_ctx *x) {
   }
   memset(&res, 0, sizeof res);
   kiln_remote_check(&res, x->cache);
-  snprintf(extra, sizeof extra, "records %s, upload %s",
+  is_file = strncmp(kiln_cache_remote_url(x->cache), "file://", 7) == 0;
+  fs[0] = '\0';
+  if (is_file) { /* a directory: which file system, and whether other hosts see it */
+    char dir[4096], desc[96];
+    kiln_fs_info fi;
+    if (kiln_file_url_path(kiln_cache_remote_url(x->cache), dir, sizeof dir) == KILN_OK &&
+        kiln_fs_probe(dir, &fi) == KILN_OK)
+      snprintf(fs, sizeof fs, "; on %s (%s)", kiln_fs_describe(&fi, desc, sizeof desc),
+               fi.shared ? "shared between hosts"
+                         : "local to this host: other hosts do not see it");
+  }
+  snprintf(extra, sizeof extra, "records %s, upload %s%s",
            res.signing ? "signature-checked (KILN_REMOTE_HMAC_KEY_FILE)" : "not signed",
-           res.upload ? "on" : "off (read-only use; KILN_REMOTE_UPLOAD=1 checks an upload lands)");
+           res.upload ? "on" : "off (read-only use; KILN_REMOTE_UPLOAD=1 checks an upload lands)",
+           fs);
   if (!res.reachable)
-    doctor_add(x->r, "remote", KILN_DOCTOR_FAIL,
-               "check KILN_REMOTE_URL and that the server is up (KILN_REMOTE_CONNECT_TIMEOUT)",
-               "remote %s unreachable: %s", kiln_cache_remote_url(x->cache), res.detail);
+    doctor_add(
+        x->r, "remote", KILN_DOCTOR_FAIL,
+        is_file ? "check KILN_REMOTE_URL, and that the file system is mounted here and the "
+                  "directory exists (kiln never creates it)"
+                : "check KILN_REMOTE_URL and that the server is up (KILN_REMOTE_CONNECT_TIMEOUT)",
+        "remote %s unreachable: %s", kiln_cache_remote_url(x->cache), res.detail);
   else if (!res.authorized)
     doctor_add(x->r, "remote", KILN_DOCTOR_FAIL,
-               "check the token: KILN_REMOTE_TOKEN_FILE, or the host's entry in ~/.netrc",
+               is_file ? "let this user read the directory and its ac/ and cas/"
+                       : "check the token: KILN_REMOTE_TOKEN_FILE, or the host's entry in ~/.netrc",
                "remote %s refused (HTTP %ld): %s", kiln_cache_remote_url(x->cache), res.http_status,
                res.detail);
   else if (res.upload && kiln_remote_probe_upload(x->cache) != KILN_OK)
     doctor_add(x->r, "remote", KILN_DOCTOR_FAIL,
-               "let the token write (KILN_REMOTE_TOKEN_FILE), or make the server accept PUT and "
-               "MKCOL under the base URL (docs/remote-cache.md), or turn uploads off",
+               is_file ? "let this user write the directory and its ac/ and cas/ (a group-writable "
+                         "umask, or a setgid directory), move away what the error names, or turn "
+                         "uploads off"
+                       : "let the token write (KILN_REMOTE_TOKEN_FILE), or make the server accept "
+                         "PUT and MKCOL under the base URL (docs/remote-cache.md), or turn "
+                         "uploads off",
                "remote %s reachable (%.0f ms), but uploads cannot land: %s",
                kiln_cache_remote_url(x->cache), res.ms, kiln_last_error());
   else

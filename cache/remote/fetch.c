@@ -59,7 +59,9 @@ static void fetch_records(kiln_cache *c, kiln_remote_item *items, size_t n, kiln
       continue;
     } else if ((st = kiln_remote_record_decode((const char *)q->data, q->len, it->key, r->key,
                                                r->key_len, &recs[i])) != KILN_OK) {
-      item_fail(it, st == KILN_EPERM ? KILN_EPERM : KILN_ECORRUPT, kiln_last_error());
+      char msg[256]; /* named by its path: ac/<the whole key> */
+      snprintf(msg, sizeof msg, "ac/%.64s: %s", it->key, kiln_last_error());
+      item_fail(it, st == KILN_EPERM ? KILN_EPERM : KILN_ECORRUPT, msg);
     } else if (strcmp(recs[i].unit, it->unit) != 0 || strcmp(recs[i].target, it->target) != 0) {
       char msg[256];
       snprintf(msg, sizeof msg, "the record under %.12s... describes %s %s, not %s %s", it->key,

@@ -164,16 +164,10 @@ CACHES_AS_LAYERS = {"check"}
 
 # Cases known to fail because of defects outside this test's reach, as "target.state.command"
 # globs, each with the defect. They still run (XFAIL); one that passes is an error (XPASS), so
-# the list cannot go stale. Every defect the cache targets found is fixed (issue 20); these are
-# the file:// remote's (issue 27), reported to its owner.
-_RECORD_UNNAMED = ("a record that is not JSON is rejected as 'remote record <12 hex>... is "
-                   "malformed' (cache/remote/record.c, decode; said by cache/remote/fetch.c, "
-                   "fetch_records): neither its path DIR/ac/<key> nor its whole key is named")
-KNOWN_FAILURES = {
-    "remote_record.empty.fetch*": _RECORD_UNNAMED,
-    "remote_record.truncated.fetch*": _RECORD_UNNAMED,
-    "remote_record.garbage.fetch*": _RECORD_UNNAMED,
-}
+# the list cannot go stale. Every defect the cache targets found is fixed (issue 20), and so is
+# the one the file:// remote's found (issue 27: a record that is not JSON is named by its path,
+# ac/<key>).
+KNOWN_FAILURES = {}
 
 SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
                    "UndefinedBehaviorSanitizer")
