@@ -115,9 +115,12 @@ expect_true() {
   "$@" || fail "$what"
 }
 
+# The interpreter itself (not a version manager's shim, which costs a
+# fraction of a CPU second at every start), for the helpers run many times.
+PY=$(python3 -c 'import sys; print(sys.executable)')
 # json FILE EXPR: evaluates EXPR with d = the parsed JSON and prints the result.
 json() {
-  python3 -c 'import json, sys
+  "$PY" -I -S -c 'import json, sys
 try:
     d = json.load(open(sys.argv[1]))
 except ValueError as e:

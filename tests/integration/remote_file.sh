@@ -310,19 +310,7 @@ verify() {
   [[ -n $AC ]] || read -r AC CAS TMP TMP_BYTES <<<"0 0 0 0"
   SUMMARY=${out#*$'\n'}
 }
-# python3 may be a slow shim (pyenv: 0.2 CPU-s a start): the interpreter itself,
-# isolated (-I -S: the standard library only), for the many runs below.
-PY=$(python3 -c 'import sys; print(sys.executable)')
-# json FILE EXPR: lib.sh's, through $PY
-json() {
-  "$PY" -I -S -c 'import json, sys
-try:
-    d = json.load(open(sys.argv[1]))
-except ValueError as e:
-    sys.exit(f"<{sys.argv[1]} holds no JSON: {e}>")
-v = eval(sys.argv[2])
-print(json.dumps(v) if isinstance(v, (dict, list, bool)) or v is None else v)' "$1" "$2"
-}
+# "$PY" -I -S (lib.sh's interpreter, the standard library only) for the many runs below.
 summary() { json "$1" '[d["targets"], d["hits"], d["built"], d["fetched"], d["failed"]]'; }
 now() { local t=${EPOCHREALTIME/./}; printf '%s\n' "${t:0:-4}"; } # centiseconds
 secs() { local d=$(($2 - $1)); printf '%d.%02d\n' $((d / 100)) $((d % 100)); }
