@@ -206,7 +206,7 @@ def pairs():
 # ---- the fixture --------------------------------------------------------------------------------
 
 def artifact_records(cache):
-    db = sqlite3.connect(f"file:{cache}/index.sqlite?mode=ro", uri=True)
+    db = sqlite3.connect(f"file:{cache}/index.sqlite?mode=ro&immutable=1", uri=True)
     try:
         return db.execute("SELECT digest, size FROM records WHERE unit = ? AND target = ?",
                           (UNIT, TARGET)).fetchall()
@@ -295,7 +295,7 @@ def check_local(env, cache):
     index = os.path.join(cache, "index.sqlite")
     if os.path.exists(index):
         try:
-            db = sqlite3.connect(f"file:{index}?mode=ro", uri=True)
+            db = sqlite3.connect(f"file:{index}?mode=ro&immutable=1", uri=True)
             try:
                 recs = db.execute("SELECT key, digest, size FROM records").fetchall()
             finally:
@@ -591,7 +591,7 @@ def main():
         raise SystemExit(f"the fixture should hold one {UNIT} {TARGET} record, not {recs}")
     env.digest = recs[0][0]
     env.good = {r[0] for r in recs}
-    db = sqlite3.connect(f"file:{a.fixture}/index.sqlite?mode=ro", uri=True)
+    db = sqlite3.connect(f"file:{a.fixture}/index.sqlite?mode=ro&immutable=1", uri=True)
     try:
         env.fixture_recs = set(db.execute("SELECT key, digest, size FROM records").fetchall())
         env.key = db.execute("SELECT key FROM records WHERE digest = ?",
