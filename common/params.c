@@ -11,7 +11,7 @@
 #include "common/logging.h"
 #include "kiln/api.h"
 
-typedef enum { P_INT, P_SECONDS, P_STR, P_LOG } param_type;
+typedef enum { P_INT, P_SECONDS, P_STR, P_LOG, P_EXTERN } param_type;
 
 typedef struct param_def {
   const char *name;
@@ -24,11 +24,13 @@ static const param_def defs[KILN_P_COUNT] = {
 #define KILN_PARAM_SECONDS(id, name, d, h, what) [KILN_P_##id] = {name, P_SECONDS, d, 0, h},
 #define KILN_PARAM_STR(id, name, what) [KILN_P_##id] = {name, P_STR, 0, 0, 0},
 #define KILN_PARAM_LOG(id, name, what) [KILN_P_##id] = {name, P_LOG, 0, 0, 0},
+#define KILN_PARAM_EXTERN(id, name, what) [KILN_P_##id] = {name, P_EXTERN, 0, 0, 0},
 #include "common/params.def"
 #undef KILN_PARAM_INT
 #undef KILN_PARAM_SECONDS
 #undef KILN_PARAM_STR
 #undef KILN_PARAM_LOG
+#undef KILN_PARAM_EXTERN
 };
 
 /* What one variable read as: kept from its first use on. */
@@ -93,6 +95,7 @@ static param_value *value_of(kiln_param_id id) {
   p->read = 1;
   p->num = d->dflt;
   p->status = KILN_OK;
+  if (d->type == P_EXTERN) return p; /* kiln_param_now only: never kept, never logged */
   v = getenv(d->name);
   if (!v || !*v) return p;
   p->raw = strdup(v); /* for messages only: NULL when out of memory */

@@ -1,6 +1,8 @@
 /* Internal: every KILN_* environment variable is read here, and only here
  * (KILN_LOG excepted: the logger, which everything else uses, reads it itself;
- * see common/logging.h). The variables are listed once, in common/params.def.
+ * see common/logging.h), and so are the other tools' variables kiln honours
+ * (AWS's, for an s3:// remote). The variables are listed once, in
+ * common/params.def.
  *
  * Like NCCL_PARAM: a variable is read on first use and its value (or its
  * error) kept for the life of the process, so a setting cannot change under a
@@ -21,11 +23,13 @@ typedef enum kiln_param_id {
 #define KILN_PARAM_SECONDS(id, name, dflt, hi, what) KILN_P_##id,
 #define KILN_PARAM_STR(id, name, what) KILN_P_##id,
 #define KILN_PARAM_LOG(id, name, what) KILN_P_##id,
+#define KILN_PARAM_EXTERN(id, name, what) KILN_P_##id,
 #include "common/params.def"
 #undef KILN_PARAM_INT
 #undef KILN_PARAM_SECONDS
 #undef KILN_PARAM_STR
 #undef KILN_PARAM_LOG
+#undef KILN_PARAM_EXTERN
   KILN_P_COUNT
 } kiln_param_id;
 
@@ -71,11 +75,17 @@ const char *kiln_option_str(const char *value, kiln_param_id id);
     return kiln_param_str(KILN_P_##id);                                                            \
   }
 #define KILN_PARAM_LOG(id, name, what)
+/* Another tool's variable: as the environment has it now, never kept. */
+#define KILN_PARAM_EXTERN(id, name, what)                                                          \
+  static inline const char *kiln_param_##id(void) {                                                \
+    return kiln_param_now(KILN_P_##id);                                                            \
+  }
 #include "common/params.def"
 #undef KILN_PARAM_INT
 #undef KILN_PARAM_SECONDS
 #undef KILN_PARAM_STR
 #undef KILN_PARAM_LOG
+#undef KILN_PARAM_EXTERN
 
 /* For kiln_X_options_init: copies *init (size bytes) into *opts and sets
  * its version (the first field). KILN_EINVAL naming type unless version is in

@@ -18,11 +18,13 @@ static const char *const known[] = {
 #define KILN_PARAM_SECONDS(id, name, dflt, hi, what) name,
 #define KILN_PARAM_STR(id, name, what) name,
 #define KILN_PARAM_LOG(id, name, what) name,
+#define KILN_PARAM_EXTERN(id, name, what) /* not KILN_* */
 #include "common/params.def"
 #undef KILN_PARAM_INT
 #undef KILN_PARAM_SECONDS
 #undef KILN_PARAM_STR
 #undef KILN_PARAM_LOG
+#undef KILN_PARAM_EXTERN
 };
 /* Test hooks (KILN_TEST_*) and the fake libcuda/libnccl's (KILN_FAKE_*). */
 static const char *const known_prefixes[] = {"KILN_TEST_", "KILN_FAKE_"};

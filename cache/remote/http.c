@@ -10,7 +10,13 @@
  *
  * Secrets: the token travels only in an "Authorization" header built here; it
  * is never in the URL, a log line or an error string. URLs with userinfo are
- * refused at kiln_http_new, so printing base or a path cannot leak one. */
+ * refused at kiln_http_new, so printing base or a path cannot leak one.
+ *
+ * A backend whose requests need headers and signing of their own (S3) runs
+ * on this same loop through two hooks (cache/remote/http.h): one prepares
+ * each attempt, the other reads each answer that is not 2xx. The first
+ * KILN_HTTP_ERROR_BODY_MAX bytes of such an answer's body are kept for it,
+ * apart from the sink: an error page never reaches a download's file. */
 #include <errno.h>   /* errno */
 #include <pthread.h> /* the breaker's mutex, curl_global_init once */
 #include <stdio.h>   /* snprintf */
@@ -20,6 +26,7 @@
 
 #include <curl/curl.h>
 
+#include "cache/remote/http.h"
 #include "cache/remote/remote.h"
 #include "cache/remote/sink.h"
 #include "common/clock.h"
@@ -33,6 +40,7 @@ struct kiln_http {
   CURLSH *share;
   pthread_mutex_t share_mu[CURL_LOCK_DATA_LAST]; /* one per kind: curl nests them */
   kiln_breaker breaker;
+  kiln_http_hooks hooks; /* all NULL: plain HTTP */
 };
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -72,6 +80,11 @@ static void share_unlock(CURL *e, curl_lock_data d, void *user) {
 }
 
 kiln_status kiln_http_new(kiln_http **out, const kiln_remote_config *cfg) {
+  return kiln_http_new_hooked(out, cfg, NULL);
+}
+
+kiln_status kiln_http_new_hooked(kiln_http **out, const kiln_remote_config *cfg,
+                                 const kiln_http_hooks *hooks) {
   kiln_status rc = KILN_OK;
   kiln_http *h = NULL;
   if (!out || !cfg) return kiln_fail(KILN_EINVAL, "kiln_http_new: NULL argument");
@@ -97,6 +110,7 @@ kiln_status kiln_http_new(kiln_http **out, const kiln_remote_config *cfg) {
     goto out;
   }
   h->cfg = *cfg;
+  if (hooks) h->hooks = *hooks;
   if (h->cfg.parallel < 1) h->cfg.parallel = 1;
   if (h->cfg.retries < 0) h->cfg.retries = 0;
   if (h->cfg.backoff_ms < 0) h->cfg.backoff_ms = 0;
@@ -127,6 +141,10 @@ void kiln_http_free(kiln_http *h) {
   free(h);
 }
 
+kiln_breaker *kiln_http_breaker(kiln_http *h) {
+  return &h->breaker;
+}
+
 int kiln_http_breaker_open(const kiln_http *h) {
   return h ? kiln_breaker_is_open((kiln_breaker *)&h->breaker) : 0;
 }
@@ -148,7 +166,10 @@ typedef struct xfer {
   CURL *easy;
   kiln_http_sink *sink;
   size_t up_off;
+  struct curl_slist *hdrs; /* this attempt's own headers (a hooked backend's) */
   char errbuf[CURL_ERROR_SIZE];
+  char errbody[KILN_HTTP_ERROR_BODY_MAX + 1]; /* the start of an error answer's body */
+  size_t errlen;
 } xfer;
 
 typedef struct run {
@@ -169,7 +190,17 @@ static size_t on_header(char *p, size_t size, size_t n, void *u) {
 static size_t on_body(char *p, size_t size, size_t n, void *u) {
   xfer *x = u;
   size_t len = size * n;
+  long st = 0;
   x->req->bytes_down += len;
+  curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &st);
+  if (st < 200 || st > 299) { /* an error answer: its start is kept for the judge, apart */
+    size_t keep = sizeof x->errbody - 1 - x->errlen;
+    if (keep > len) keep = len;
+    memcpy(x->errbody + x->errlen, p, keep);
+    x->errlen += keep;
+    x->errbody[x->errlen] = '\0';
+    return len;
+  }
   if (x->req->method != KILN_REMOTE_GET) return len; /* PUT/HEAD answers are not kept */
   return kiln_http_sink_body(x->sink, p, len);
 }
@@ -187,7 +218,7 @@ static size_t on_read(char *p, size_t size, size_t n, void *u) {
 /* Settles r with rc and the one-line error "GET ac/<key>: <detail> (N attempts)". */
 static void finish_req(kiln_remote_req *r, kiln_status rc, const char *detail) {
   r->rc = rc;
-  snprintf(r->error, sizeof r->error, "%s %.100s: %.120s (%d attempt%s)",
+  snprintf(r->error, sizeof r->error, "%s %.72s: %.150s (%d attempt%s)",
            kiln_remote_method_name(r->method), r->path, detail, r->attempts,
            r->attempts == 1 ? "" : "s");
 }
@@ -227,6 +258,8 @@ static kiln_status xfer_setup(run *R, xfer *x) {
   x->easy = e;
   x->up_off = 0;
   x->errbuf[0] = 0;
+  x->errbody[0] = 0;
+  x->errlen = 0;
   curl_easy_setopt(e, CURLOPT_URL, url);
   curl_easy_setopt(e, CURLOPT_PRIVATE, x);
   curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
@@ -263,7 +296,12 @@ static kiln_status xfer_setup(run *R, xfer *x) {
     curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, kiln_remote_method_name(r->method));
     curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
   }
-  curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->method == KILN_REMOTE_PUT ? R->hdr_put : R->hdr_get);
+  if (R->h->hooks.prepare) {
+    KILN_CHECK(R->h->hooks.prepare(R->h->hooks.user, e, r, &x->hdrs));
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, x->hdrs);
+  } else {
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->method == KILN_REMOTE_PUT ? R->hdr_put : R->hdr_get);
+  }
   if (curl_multi_add_handle(R->multi, e) != CURLM_OK) {
     rc = kiln_fail(KILN_EREMOTE, "curl_multi_add_handle failed");
     goto out;
@@ -274,6 +312,8 @@ out:
   if (rc != KILN_OK && e) {
     x->easy = NULL;
     R->pool[R->npool++] = e;
+    curl_slist_free_all(x->hdrs);
+    x->hdrs = NULL;
   }
   return rc;
 }
@@ -307,6 +347,8 @@ static void release_easy(run *R, xfer *x) {
   curl_multi_remove_handle(R->multi, x->easy);
   R->pool[R->npool++] = x->easy;
   x->easy = NULL;
+  curl_slist_free_all(x->hdrs); /* after the handle is done with them */
+  x->hdrs = NULL;
 }
 
 static void finalize(run *R, xfer *x) {
@@ -336,19 +378,29 @@ static uint64_t backoff_for(run *R, int attempts) {
 static void on_done(run *R, xfer *x, CURLcode cc) {
   kiln_remote_req *r = x->req;
   long st = 0;
-  kiln_status rc;
+  kiln_status rc, judged_rc = KILN_EREMOTE;
+  kiln_http_verdict v = KILN_HTTP_AS_IS;
   int retry;
-  char detail[200];
+  char detail[200], judged[200] = "";
   curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &st);
   r->status = st;
+  if (cc == CURLE_OK && (st < 200 || st > 299) && R->h->hooks.judge)
+    v = R->h->hooks.judge(R->h->hooks.user, x->easy, r, st, x->errbody, x->errlen, &judged_rc,
+                          judged, sizeof judged);
   release_easy(R, x);
   retry = cc == CURLE_OK ? (st >= 500 || st == 429) : retryable_curl(cc);
+  if (v != KILN_HTTP_AS_IS) retry = v == KILN_HTTP_RETRY;
   if (retry && r->attempts <= R->h->cfg.retries && !kiln_http_breaker_open(R->h)) {
     x->phase = XF_WAITING;
     x->ready_at = (uint64_t)kiln_clock_ms() + backoff_for(R, r->attempts);
     return;
   }
-  if (cc == CURLE_OK && st >= 200 && st <= 299) {
+  if (v == KILN_HTTP_RETRY || v == KILN_HTTP_FAIL) {
+    finish_req(r, judged_rc, judged);
+  } else if (v == KILN_HTTP_SUCCESS && r->method != KILN_REMOTE_GET) {
+    r->rc = KILN_OK;
+    r->error[0] = 0;
+  } else if (cc == CURLE_OK && st >= 200 && st <= 299) {
     if (r->method == KILN_REMOTE_GET) {
       rc = kiln_http_sink_finish(x->sink, r->out_fd >= 0 ? NULL : &r->data, &r->len);
       if (rc != KILN_OK) {
