@@ -421,7 +421,8 @@ static void check_offline(doctor_ctx *x) {
 
 static void check_remote(doctor_ctx *x) {
   kiln_remote_check_result res;
-  char extra[400], fs[200];
+  char extra[900], fix[900], fs[200];
+  const char *creds;
   int is_file;
   if (!x->cache && kiln_param_remote_url()) {
     doctor_add(x->r, "remote", KILN_DOCTOR_SKIP, NULL,
@@ -441,6 +442,8 @@ static void check_remote(doctor_ctx *x) {
   }
   memset(&res, 0, sizeof res);
   kiln_remote_check(&res, x->cache);
+  /* an s3:// remote's credentials: where they came from, never what they are */
+  creds = kiln_remote_credentials(x->cache->remote);
   is_file = strncmp(kiln_cache_remote_url(x->cache), "file://", 7) == 0;
   fs[0] = '\0';
   if (is_file) { /* a directory: which file system, and whether other hosts see it */
@@ -452,7 +455,8 @@ static void check_remote(doctor_ctx *x) {
                fi.shared ? "shared between hosts"
                          : "local to this host: other hosts do not see it");
   }
-  snprintf(extra, sizeof extra, "records %s, upload %s%s",
+  snprintf(extra, sizeof extra, "%s%.640s%srecords %s, upload %s%s", creds ? "credentials: " : "",
+           creds ? creds : "", creds ? "; " : "",
            res.signing ? "signature-checked (KILN_REMOTE_HMAC_KEY_FILE)" : "not signed",
            res.upload ? "on" : "off (read-only use; KILN_REMOTE_UPLOAD=1 checks an upload lands)",
            fs);
@@ -461,19 +465,29 @@ static void check_remote(doctor_ctx *x) {
         x->r, "remote", KILN_DOCTOR_FAIL,
         is_file ? "check KILN_REMOTE_URL, and that the file system is mounted here and the "
                   "directory exists (kiln never creates it)"
+        : creds ? "check KILN_REMOTE_URL (s3://BUCKET/PREFIX: the bucket must exist), "
+                  "KILN_S3_ENDPOINT, AWS_REGION and that the server is up"
                 : "check KILN_REMOTE_URL and that the server is up (KILN_REMOTE_CONNECT_TIMEOUT)",
         "remote %s unreachable: %s", kiln_cache_remote_url(x->cache), res.detail);
-  else if (!res.authorized)
+  else if (!res.authorized) {
+    if (creds)
+      snprintf(fix, sizeof fix,
+               "check the AWS credentials (%.640s), this host's clock, and that a policy lets "
+               "them read the bucket (docs/remote-cache.md, \"S3\")",
+               creds);
     doctor_add(x->r, "remote", KILN_DOCTOR_FAIL,
                is_file ? "let this user read the directory and its ac/ and cas/"
+               : creds ? fix
                        : "check the token: KILN_REMOTE_TOKEN_FILE, or the host's entry in ~/.netrc",
                "remote %s refused (HTTP %ld): %s", kiln_cache_remote_url(x->cache), res.http_status,
                res.detail);
-  else if (res.upload && kiln_remote_probe_upload(x->cache) != KILN_OK)
+  } else if (res.upload && kiln_remote_probe_upload(x->cache) != KILN_OK)
     doctor_add(x->r, "remote", KILN_DOCTOR_FAIL,
                is_file ? "let this user write the directory and its ac/ and cas/ (a group-writable "
                          "umask, or a setgid directory), move away what the error names, or turn "
                          "uploads off"
+               : creds ? "let the credentials write and delete under the prefix (s3:PutObject, "
+                         "s3:DeleteObject), or turn uploads off"
                        : "let the token write (KILN_REMOTE_TOKEN_FILE), or make the server accept "
                          "PUT and MKCOL under the base URL (docs/remote-cache.md), or turn "
                          "uploads off",

@@ -11,6 +11,7 @@
 #include <unistd.h> /* access */
 
 #include "cache/remote/remote.h"
+#include "cache/remote/s3.h"
 #include "cache/sql.h"
 #include "cache/store.h"
 #include "common/clock.h"
@@ -20,6 +21,8 @@
 #include "common/params.h"
 
 #define BREAKER_THRESHOLD 5 /* failed requests in a row that turn the remote off */
+
+static int anonymous_said; /* "uploads are off" for an anonymous s3:// remote: once a process */
 
 void kiln_remote_close(struct kiln_remote *r) {
   if (!r) return;
@@ -120,10 +123,10 @@ kiln_status kiln_cache_set_remote(kiln_cache *c, const kiln_remote_options *opts
   while (len && url[len - 1] == '/')
     len--;
   if (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0 &&
-      strncmp(url, "file://", 7) != 0) {
+      strncmp(url, "file://", 7) != 0 && strncmp(url, "s3://", 5) != 0) {
     /* not echoed: a mistyped URL may still carry a password */
     rc = kiln_fail(KILN_EINVAL,
-                   "the remote cache URL must start with http://, https:// or file:///");
+                   "the remote cache URL must start with http://, https://, s3:// or file:///");
     goto out;
   }
   r = calloc(1, sizeof *r);
@@ -150,6 +153,20 @@ kiln_status kiln_cache_set_remote(kiln_cache *c, const kiln_remote_options *opts
     KILN_CHECK(kiln_file_remote_new(&f, cfg));
     r->be = &kiln_remote_file;
     r->impl = f;
+  } else if (strncmp(url, "s3://", 5) == 0) {
+    kiln_s3 *s = NULL;
+    KILN_CHECK(kiln_s3_new(&s, cfg));
+    r->be = &kiln_remote_s3;
+    r->impl = s;
+    r->tls = strncmp(kiln_s3_config_of(s)->base, "https://", 8) == 0;
+    if (r->upload && kiln_s3_config_of(s)->creds.anonymous) {
+      r->upload = 0; /* anonymous requests are unsigned: reads of a public bucket only */
+      if (!__atomic_exchange_n(&anonymous_said, 1, __ATOMIC_RELAXED))
+        kiln_log(KILN_LOG_INFO,
+                 "remote cache %s: no AWS credentials found (anonymous): reading only, uploads "
+                 "are off (docs/remote-cache.md, \"S3\")",
+                 r->url);
+    }
   } else {
     kiln_http *h = NULL;
     KILN_CHECK(kiln_http_new(&h, cfg));
@@ -177,6 +194,10 @@ kiln_status kiln_remote_run(struct kiln_remote *r, kiln_remote_req *reqs, size_t
 
 int kiln_remote_breaker_open(struct kiln_remote *r) {
   return kiln_breaker_is_open(r->be->breaker(r->impl));
+}
+
+const char *kiln_remote_credentials(const struct kiln_remote *r) {
+  return r && r->be == &kiln_remote_s3 ? kiln_s3_config_of(r->impl)->creds.source : NULL;
 }
 
 int kiln_remote_breaker_trips(struct kiln_remote *r) {
@@ -277,7 +298,9 @@ kiln_status kiln_remote_check(kiln_remote_check_result *out, kiln_cache *c) {
   kiln_remote_run(r, &q, 1);
   out->ms = kiln_clock_ms() - t0;
   out->http_status = q.status;
-  out->reachable = q.status != 0;
+  /* an answer that says this remote cannot serve at all (S3's NoSuchBucket, a
+   * wrong region: EREMOTE below 500) is no working remote either */
+  out->reachable = q.status != 0 && !(q.rc == KILN_EREMOTE && q.status >= 300 && q.status < 500);
   out->authorized = out->reachable && q.status != 401 && q.status != 403;
   if (q.error[0])
     snprintf(out->detail, sizeof out->detail, "%s", q.error);

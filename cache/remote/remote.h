@@ -9,7 +9,10 @@
  * under its base) to one kind of storage:
  *   cache/remote/http.c     http(s)://: libcurl, parallel, retries
  *                           (its bounded, hashing body sink: cache/remote/sink.c)
- *   cache/remote/file.c     file://: a shared file system; temp name, fsync, rename */
+ *   cache/remote/file.c     file://: a shared file system; temp name, fsync, rename
+ *   cache/remote/s3.c       s3://: an S3 bucket, http.c's loop with AWS Signature V4
+ *                           (its settings and credentials: cache/remote/s3_config.c,
+ *                           cache/remote/s3.h; http.c's hooks: cache/remote/http.h) */
 #ifndef KILN_CACHE_REMOTE_H
 #define KILN_CACHE_REMOTE_H
 
@@ -24,7 +27,8 @@
 /* ---- the requests every backend serves -------------------------------------- */
 
 typedef struct kiln_remote_config {
-  char base[2048];    /* "http://host:port/prefix" or "file:///path", no trailing '/' */
+  char base[2048];    /* "http://host:port/prefix", "file:///path" or "s3://bucket/prefix",
+                         no trailing '/' */
   char token[1024];   /* http: bearer token ("" none); sent as a header, never logged */
   int netrc;          /* http: let libcurl read credentials from .netrc ($NETRC or ~/.netrc) */
   char ca_file[4096]; /* http: "" the system's CA store */
@@ -113,7 +117,7 @@ kiln_status kiln_breaker_fail_all(kiln_remote_req *reqs, size_t n);
  * KILN_OK when they ran (each has its own rc); KILN_EREMOTE, every rc EREMOTE
  * and nothing sent, when the breaker is open. */
 typedef struct kiln_remote_backend {
-  const char *scheme; /* "http", "file" */
+  const char *scheme; /* "http", "file", "s3" */
   kiln_status (*run)(void *impl, kiln_remote_req *reqs, size_t n);
   kiln_breaker *(*breaker)(void *impl);
   void (*free)(void *impl);
@@ -163,6 +167,10 @@ struct kiln_remote {
 kiln_status kiln_remote_run(struct kiln_remote *r, kiln_remote_req *reqs, size_t n);
 /* 1 once the backend's breaker has turned the remote off for this process. */
 int kiln_remote_breaker_open(struct kiln_remote *r);
+/* Where the remote's credentials come from, for kiln doctor ("environment
+ * (AWS_ACCESS_KEY_ID)", "file ~/.aws/credentials, profile ci", "anonymous
+ * ..."): an s3:// remote's; NULL for the others. Never a secret. */
+const char *kiln_remote_credentials(const struct kiln_remote *r);
 /* Times the breaker opened (0 or 1), for the stats. */
 int kiln_remote_breaker_trips(struct kiln_remote *r);
 

@@ -9,7 +9,7 @@
 #include <pthread.h> /* the table of known collections */
 #include <stdio.h>   /* snprintf */
 #include <stdlib.h>  /* calloc, free */
-#include <string.h>  /* memset */
+#include <string.h>  /* memset, strcmp */
 #include <unistd.h>  /* getpid */
 
 #include "cache/remote/remote.h"
@@ -302,9 +302,11 @@ kiln_status kiln_remote_upload(size_t *uploaded, kiln_cache *c, const char *cons
   d.uploads = done;
   if (uploaded) *uploaded = done;
   if (failed) {
-    const char *hint = first == KILN_EPERM || first == KILN_EUNSUPPORTED
-                           ? " (a read-only server? builds go on without write-back)"
-                           : "";
+    /* (an S3 refusal says its likely cause itself: cache/remote/s3.c) */
+    const char *hint =
+        (first == KILN_EPERM || first == KILN_EUNSUPPORTED) && strcmp(r->be->scheme, "s3") != 0
+            ? " (a read-only server? builds go on without write-back)"
+            : "";
     rc = kiln_fail(first == KILN_OK ? KILN_EREMOTE : first,
                    "remote cache %s: %zu of %zu uploads failed: %s%s", r->url, failed, n, first_err,
                    hint);

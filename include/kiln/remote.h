@@ -1,4 +1,5 @@
-/* kiln — the remote HTTP cache (libcurl).
+/* kiln — the remote cache (libcurl): an HTTP server, an S3 bucket or a
+ * directory on a shared file system.
  *
  * Layout (bazel-remote compatible; any WebDAV server with PUT, e.g. nginx
  * `dav_methods PUT`):
@@ -36,7 +37,8 @@ extern "C" {
 /* Fields at KILN_ENV / NULL are taken from the environment (include/kiln/api.h). */
 typedef struct kiln_remote_options {
   int version;            /* KILN_REMOTE_OPTIONS_VERSION */
-  const char *url;        /* base URL, http:// or https://; NULL: KILN_REMOTE_URL; "": none */
+  const char *url;        /* base URL: http(s)://, s3://BUCKET[/PREFIX] or file:///DIR; NULL:
+                             KILN_REMOTE_URL; "": none */
   int upload;             /* 1 write back, 0 read only; KILN_ENV: KILN_REMOTE_UPLOAD (default 0) */
   const char *token_file; /* bearer token; NULL: KILN_REMOTE_TOKEN_FILE (else .netrc, if any) */
   const char

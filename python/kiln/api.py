@@ -122,8 +122,10 @@ class Cache:
     (a default on a file system shared between hosts, such as an NFS home,
     moves to the node-local /var/tmp/kiln-<uid>; a ``dir`` there is refused
     with KilnUnsupported: docs/cache-format.md, "Shared file systems").
-    ``layers`` None: KILN_CACHE_PATH. ``remote`` None: KILN_REMOTE_URL ("" for
-    none); ``upload`` None: KILN_REMOTE_UPLOAD. ``read_only``: inspect the
+    ``layers`` None: KILN_CACHE_PATH. ``remote``: the remote cache's URL,
+    ``http(s)://HOST/PATH``, ``s3://BUCKET[/PREFIX]`` (credentials from AWS_*
+    or ~/.aws, server KILN_S3_ENDPOINT) or ``file:///DIR`` (docs/remote-cache.md);
+    None: KILN_REMOTE_URL ("" for none); ``upload`` None: KILN_REMOTE_UPLOAD. ``read_only``: inspect the
     primary directory without creating, migrating or writing anything (a
     missing one raises LookupError, one with no index yet reads as empty, a
     corrupt index raises KilnCorrupt; writes such as ``verify()`` raise
@@ -273,7 +275,8 @@ def build(
     """Compiles every unit matching ``kernels`` (a shell glob; None: all) for
     every target of ``arch`` (as `kiln build --arch`; None: "all") into the
     cache, like `kiln build`. ``cache``: a directory or an open kiln.Cache
-    (None: the default cache). ``remote``/``upload`` as `--remote`/`--upload`.
+    (None: the default cache). ``remote``/``upload`` as `--remote`/`--upload`
+    (``remote``: ``http(s)://``, ``s3://BUCKET[/PREFIX]`` or ``file:///DIR``).
     ``progress(item, done, total)`` is called after each target.
 
     Returns a BuildReport; a target that failed to compile is in its items

@@ -361,7 +361,10 @@ def warmup(
     at most half of it. ``cache``: a directory or an open kiln.Cache (None:
     KILN_CACHE_DIR / the default cache); for a load, the directory of the
     device's loader, which must not be open yet when ``cache``, ``kernels``,
-    ``heartbeat_ms`` or ``timeout_s`` is given.
+    ``heartbeat_ms`` or ``timeout_s`` is given. With a remote cache
+    (KILN_REMOTE_URL: ``http(s)://``, ``s3://BUCKET/PREFIX`` or
+    ``file:///DIR``; or a kiln.Cache opened with ``remote=``), rank 0 fetches
+    from it before it builds (docs/remote-cache.md).
 
     Returns a WarmupReport. Raises on every rank alike: KilnCompileError
     (unit, target and NVRTC's log tail) when the build failed,
