@@ -16,7 +16,9 @@ static const char *usage =
     "SMs, memory, the driver's CUDA version and the newest PTX ISA it can JIT;\n"
     "no GPU is a valid answer), NVRTC (version and targets, or why not), NCCL\n"
     "(version, or why not), the cache layers (path, writable or read-only,\n"
-    "records, bytes), and for every unit and GPU what the loader would load:\n"
+    "records, bytes), the remote cache (URL, uploads, and for s3:// where its\n"
+    "credentials came from, never what they are; nothing is contacted), and for\n"
+    "every unit and GPU what the loader would load:\n"
     "exact CUBIN, compatible CUBIN, PTX JIT, or missing (then: would build, or\n"
     "would fail because of KILN_OFFLINE or no NVRTC).\n"
     "\n"
@@ -26,6 +28,20 @@ static const char *usage =
     "  -h, --help   this help\n"
     "\n"
     "Exit status: 0 (whatever it finds), 2 for bad usage.\n";
+
+/* The remote the caches would use (KILN_REMOTE_URL): where it is, whether
+ * uploads are on, and for s3:// where its credentials came from (never what
+ * they are). Contacts nothing: `kiln doctor` checks it. */
+static json_t *remote_json(const kiln_cache *c) {
+  const char *url = kiln_cache_remote_url(c), *creds = kiln_cache_remote_credentials(c);
+  json_t *o;
+  if (!url) return json_null();
+  o = json_object();
+  json_object_set_new(o, "url", json_string(url));
+  json_object_set_new(o, "upload", json_boolean(kiln_cache_remote_upload(c)));
+  json_object_set_new(o, "credentials", creds ? json_string(creds) : json_null());
+  return o;
+}
 
 static json_t *gpu_json(const kiln_device_info *d) {
   json_t *o = json_object();
@@ -191,6 +207,14 @@ static void print_text(json_t *o) {
            (long long)json_integer_value(json_object_get(v, "records")),
            cli_human_size(size, (uint64_t)json_integer_value(json_object_get(v, "bytes"))));
   }
+  v = json_object_get(o, "remote");
+  if (json_is_object(v)) {
+    json_t *cr = json_object_get(v, "credentials");
+    printf("remote: %s (%s)%s%s\n", json_string_value(json_object_get(v, "url")),
+           json_is_true(json_object_get(v, "upload")) ? "uploads on" : "read only",
+           json_is_string(cr) ? ", credentials: " : "",
+           json_is_string(cr) ? json_string_value(cr) : "");
+  }
   json_array_foreach(json_object_get(o, "units"), i, v) {
     json_t *art = json_object_get(v, "artifact");
     printf("  GPU %lld %-36s %-17s %s\n", (long long)json_integer_value(json_object_get(v, "gpu")),
@@ -254,6 +278,7 @@ int cmd_probe(int argc, char **argv) {
   json_object_set_new(o, "offline", json_boolean(offline));
   if (cli_open_cache(&cache, dir, CLI_CACHE_READ_ONLY) == KILN_OK) {
     json_object_set_new(o, "caches", caches_json(cache));
+    json_object_set_new(o, "remote", remote_json(cache));
   } else {
     json_object_set_new(o, "caches", json_array());
     json_object_set_new(o, "cache_error", json_string(kiln_last_error()));

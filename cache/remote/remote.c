@@ -208,6 +208,10 @@ const char *kiln_cache_remote_url(const kiln_cache *c) {
   return c && c->remote ? c->remote->url : NULL;
 }
 
+const char *kiln_cache_remote_credentials(const kiln_cache *c) {
+  return c ? kiln_remote_credentials(c->remote) : NULL;
+}
+
 int kiln_cache_remote_upload(const kiln_cache *c) {
   return c && c->remote ? c->remote->upload : 0;
 }

@@ -71,6 +71,11 @@ KILN_API kiln_status kiln_cache_set_remote(kiln_cache *cache, const kiln_remote_
 KILN_API const char *kiln_cache_remote_url(const kiln_cache *cache);
 /* 1 when records are written back. */
 KILN_API int kiln_cache_remote_upload(const kiln_cache *cache);
+/* An s3:// remote's credentials: where they came from ("environment
+ * (AWS_ACCESS_KEY_ID)", "file /home/u/.aws/credentials, profile ci",
+ * "anonymous (no credentials found)"), never what they are. NULL for a remote
+ * of another kind, or none. */
+KILN_API const char *kiln_cache_remote_credentials(const kiln_cache *cache);
 
 /* One thing to fetch: the record under key, which must describe unit and
  * target, and its artifact. */

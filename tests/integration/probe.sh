@@ -55,6 +55,21 @@ KILN_CUDA_LIBRARY=$T/no-libcuda.so expect_exit 0 kiln probe --cache "$F"
 expect_stdout_contains "GPUs: none"
 expect_stdout_contains "cache layer 0: $F (writable), 9 records"
 
+log "the remote: where it is, and where an s3:// remote's credentials came from, never what they are"
+secret=probe-SECRET-never-shown
+AWS_ACCESS_KEY_ID=probeAK AWS_SECRET_ACCESS_KEY=$secret AWS_SESSION_TOKEN=probe-TOKEN-never-shown \
+  KILN_REMOTE_URL=s3://kiln-test/team KILN_REMOTE_UPLOAD=1 KILN_CUDA_LIBRARY=$T/no-libcuda.so \
+  expect_exit 0 kiln probe --cache "$F" --json
+expect_eq "$(json "$OUT" 'd["remote"]')" \
+  '{"url": "s3://kiln-test/team", "upload": true, "credentials": "environment (AWS_ACCESS_KEY_ID, AWS_SESSION_TOKEN)"}' "remote, --json"
+AWS_ACCESS_KEY_ID=probeAK AWS_SECRET_ACCESS_KEY=$secret AWS_SESSION_TOKEN=probe-TOKEN-never-shown \
+  KILN_REMOTE_URL=s3://kiln-test/team KILN_CUDA_LIBRARY=$T/no-libcuda.so KILN_LOG=debug \
+  expect_exit 0 kiln probe --cache "$F"
+expect_stdout_contains "remote: s3://kiln-test/team (read only), credentials: environment (AWS_ACCESS_KEY_ID, AWS_SESSION_TOKEN)"
+! grep -q "never-shown" "$OUT" "$ERR" || fail "kiln probe printed a secret"
+KILN_REMOTE_URL=file://$T KILN_CUDA_LIBRARY=$T/no-libcuda.so expect_exit 0 kiln probe --cache "$F" --json
+expect_eq "$(json "$OUT" 'd["remote"]')" "{\"url\": \"file://$T\", \"upload\": false, \"credentials\": null}" "a file:// remote"
+
 log "two fake GPUs (sm_90, sm_86): exact, compatible, would build; offline: would fail"
 [[ -f ${IT_FAKECUDA:-} ]] || skip "no fake libcuda"
 export KILN_CUDA_LIBRARY=$IT_FAKECUDA KILN_FAKE_CUDA_DEVICES=90,86
