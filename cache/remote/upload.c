@@ -310,6 +310,16 @@ kiln_status kiln_remote_upload(size_t *uploaded, kiln_cache *c, const char *cons
     rc = kiln_fail(first == KILN_OK ? KILN_EREMOTE : first,
                    "remote cache %s: %zu of %zu uploads failed: %s%s", r->url, failed, n, first_err,
                    hint);
+    /* Refused (403) with nothing landing: a remote this process may read but
+     * not write (a read-only bucket, token or directory). Uploads go off for
+     * the process; reads go on (the breaker counts none of this). */
+    if (first == KILN_EPERM && !done && r->upload) {
+      r->upload = 0;
+      kiln_log(KILN_LOG_WARN,
+               "remote cache %s refuses uploads (%s): uploads are off for this process, "
+               "fetches go on",
+               r->url, first_err);
+    }
   }
   kiln_log(KILN_LOG_INFO, "remote cache %s: %zu uploaded, %zu there already, %zu failed", r->url,
            done, n - done - failed, failed);

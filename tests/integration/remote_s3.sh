@@ -104,6 +104,11 @@ AWS_ACCESS_KEY_ID=readAK AWS_SECRET_ACCESS_KEY=readSECRET KILN_REMOTE_URL=$URL \
   KILN_REMOTE_UPLOAD=1 kiln doctor --cache "$T/A" --json >"$OUT" 2>"$ERR" || true
 r=$(doctor_remote)
 [[ $r == FAIL* && $r == *"uploads cannot land"* && $r == *AccessDenied* ]] || fail "doctor, read-only user: $r"
+# the same user's build with --upload: uploads go off for the process, the build succeeds
+AWS_ACCESS_KEY_ID=readAK AWS_SECRET_ACCESS_KEY=readSECRET \
+  expect_exit 0 build --cache "$T/A" --remote "${URL%/*}/read-only" --upload --kernels bias_gelu
+expect_stderr_contains "refuses uploads" "a read-only bucket's refusal"
+expect_stderr_contains "uploads are off for this process, fetches go on" "uploads off, not the remote"
 AWS_ACCESS_KEY_ID=kilnAK AWS_SECRET_ACCESS_KEY=kilnSECRET \
   KILN_REMOTE_URL=s3://no-such-bucket/x kiln doctor --cache "$T/A" --json >"$OUT" 2>"$ERR" || true
 r=$(doctor_remote)
