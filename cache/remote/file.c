@@ -226,7 +226,6 @@ static void do_get(const kiln_file_remote *f, kiln_remote_req *r, const char *di
   kiln_http_sink *sink = NULL;
   uint8_t *buf = NULL;
   struct stat st;
-  uint64_t got = 0;
   int dfd, fd = -1;
   snprintf(path, sizeof path, "%s/%s/%s", f->root, dir, name);
   if ((dfd = open_dir(f, dir, 0, a)) < 0) {
@@ -279,7 +278,6 @@ static void do_get(const kiln_file_remote *f, kiln_remote_req *r, const char *di
       goto out;
     }
     if (n == 0) break;
-    got += (uint64_t)n;
     r->bytes_down += (uint64_t)n;
     if (kiln_http_sink_body(sink, buf, (size_t)n) != (size_t)n) break; /* finish says why */
   }
@@ -288,7 +286,6 @@ static void do_get(const kiln_file_remote *f, kiln_remote_req *r, const char *di
   if (a->rc != KILN_OK) say(a, 200, a->rc, 0, "%s: %s", path, kiln_last_error());
   if (a->rc == KILN_EIO) a->rc = KILN_EREMOTE; /* our temp file, said as such */
 out:
-  (void)got;
   kiln_http_sink_free(sink);
   free(buf);
   if (fd >= 0) close(fd);
