@@ -85,6 +85,8 @@ void kiln_remote_reqs_clear(kiln_remote_req *reqs, size_t n) {
     reqs[i].bytes_down = reqs[i].bytes_up = 0;
     reqs[i].attempts = 0;
     reqs[i].error[0] = 0;
+    reqs[i].sign_gen = 0;
+    reqs[i].renewals = 0;
   }
 }
 

@@ -77,6 +77,10 @@ typedef struct kiln_remote_req {
   uint64_t bytes_down, bytes_up; /* over every attempt */
   int attempts;
   char error[256]; /* one line: method, path, status or the transport's error; no secrets */
+  /* a backend's notes on the request (s3.c: the credentials' generation its
+   * last attempt was signed with, and how often they were renewed for it) */
+  unsigned sign_gen;
+  int renewals;
 } kiln_remote_req;
 
 /* Frees the bodies of reqs (data) and zeroes their results. */

@@ -19,7 +19,15 @@
  *   wait for the 100 (CURLOPT_EXPECT_100_TIMEOUT_MS 0).
  *
  * Writes are write-once: If-None-Match: * on every PUT; 412 (there already)
- * is success, 409 (a concurrent conditional write) is retried. */
+ * is success, 409 (a concurrent conditional write) is retried.
+ *
+ * Temporary credentials that expire mid-job (ExpiredToken,
+ * TokenRefreshRequired) are read again from where they came from (the
+ * environment, the shared files, web identity through STS) and the request
+ * is retried with them; a request refused again after that, or a re-read
+ * that finds the same credentials, is an error. Requests signed before a
+ * renewal that come back expired are retried with the new ones. */
+#include <pthread.h> /* the credentials' mutex */
 #include <stdio.h>   /* snprintf */
 #include <stdlib.h>  /* calloc, free */
 #include <string.h>  /* memcpy, strcmp, strncmp, strstr */
@@ -36,7 +44,10 @@
 
 struct kiln_s3 {
   kiln_s3_config cfg;
+  kiln_remote_config rcfg; /* the transport's settings, for STS */
   kiln_http *http;
+  pthread_mutex_t mu; /* cfg.creds and gen: a renewal replaces them while others sign */
+  unsigned gen;       /* bumped by each renewal */
 };
 
 const kiln_s3_config *kiln_s3_config_of(const kiln_s3 *s) {
@@ -50,13 +61,15 @@ static kiln_status add_header(struct curl_slist **list, const char *line) {
   return KILN_OK;
 }
 
-kiln_status kiln_s3_prepare(kiln_s3 *s, CURL *e, const kiln_remote_req *r,
-                            struct curl_slist **headers) {
+/* Signs r's attempt with the credentials of the moment (s->mu held). */
+static kiln_status prepare_locked(kiln_s3 *s, CURL *e, kiln_remote_req *r,
+                                  struct curl_slist **headers) {
   const kiln_s3_creds *cr = &s->cfg.creds;
   char hash[65], line[4200];
   kiln_status rc = KILN_OK;
   if (r->method == KILN_REMOTE_MKCOL)
     return kiln_fail(KILN_EUNSUPPORTED, "S3 has no collections (MKCOL)");
+  r->sign_gen = s->gen;
   if (cr->anonymous) return KILN_OK; /* unsigned: a public bucket's reads */
   if (r->method != KILN_REMOTE_PUT)
     memcpy(hash, EMPTY_SHA256, sizeof hash);
@@ -80,10 +93,81 @@ kiln_status kiln_s3_prepare(kiln_s3 *s, CURL *e, const kiln_remote_req *r,
     if (rc != KILN_OK) goto out;
   }
   curl_easy_setopt(e, CURLOPT_AWS_SIGV4, s->cfg.sigv4);
-  curl_easy_setopt(e, CURLOPT_USERNAME, cr->access_key);
+  curl_easy_setopt(e, CURLOPT_USERNAME, cr->access_key); /* libcurl copies them */
   curl_easy_setopt(e, CURLOPT_PASSWORD, cr->secret_key);
 out:
   return rc;
+}
+
+kiln_status kiln_s3_prepare(kiln_s3 *s, CURL *e, kiln_remote_req *r,
+                            struct curl_slist **headers) {
+  kiln_status rc;
+  pthread_mutex_lock(&s->mu);
+  rc = prepare_locked(s, e, r, headers);
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+/* ---- credentials: where they come from, and renewed when they expire ---- */
+
+/* The credentials from their sources, web identity's through STS. */
+static kiln_status get_creds(kiln_s3 *s, kiln_s3_creds *out) {
+  kiln_status rc = kiln_s3_load_creds(out, NULL, 0);
+  if (rc == KILN_OK && out->web_identity)
+    rc = kiln_sts_web_identity(out, s->cfg.sts_endpoint, &s->rcfg);
+  return rc;
+}
+
+static int same_creds(const kiln_s3_creds *a, const kiln_s3_creds *b) {
+  return a->anonymous == b->anonymous && strcmp(a->access_key, b->access_key) == 0 &&
+         strcmp(a->secret_key, b->secret_key) == 0 &&
+         strcmp(a->session_token, b->session_token) == 0;
+}
+
+/* r came back ExpiredToken (code): retried with credentials renewed since it
+ * was signed, or renewed now, once for r. */
+static kiln_http_verdict renew(kiln_s3 *s, kiln_remote_req *r, long status, const char *code,
+                               kiln_status *rc, char *detail, size_t cap) {
+  kiln_s3_creds *fresh = calloc(1, sizeof *fresh);
+  kiln_http_verdict v = KILN_HTTP_FAIL;
+  kiln_status st;
+  *rc = KILN_EPERM;
+  pthread_mutex_lock(&s->mu);
+  if (!fresh) {
+    snprintf(detail, cap, "HTTP %ld %s: out of memory renewing the credentials", status, code);
+  } else if (r->sign_gen != s->gen) {
+    snprintf(detail, cap, "HTTP %ld %s: signed before the credentials were renewed", status, code);
+    v = KILN_HTTP_RETRY;
+  } else if (r->renewals > 0) {
+    snprintf(detail, cap,
+             "HTTP %ld %s: the credentials expired again right after they were renewed (from "
+             "%.300s): renew them at their source",
+             status, code, s->cfg.creds.source);
+  } else if ((st = get_creds(s, fresh)) != KILN_OK) {
+    snprintf(detail, cap, "HTTP %ld %s: the credentials have expired, and reading them again "
+             "failed: %.300s", status, code, kiln_last_error());
+  } else if (same_creds(fresh, &s->cfg.creds)) {
+    snprintf(detail, cap,
+             "HTTP %ld %s: the credentials have expired, and their source (%.300s) still has "
+             "the same ones: renew them there",
+             status, code, fresh->source);
+  } else {
+    s->cfg.creds = *fresh;
+    s->gen++;
+    r->renewals++;
+    kiln_log(KILN_LOG_INFO, "remote cache %s: %s: credentials renewed from %s", s->cfg.base,
+             code, s->cfg.creds.source);
+    snprintf(detail, cap, "HTTP %ld %s: the renewed credentials were refused too", status, code);
+    v = KILN_HTTP_RETRY;
+  }
+  pthread_mutex_unlock(&s->mu);
+  if (fresh) {
+    volatile char *p = (volatile char *)fresh;
+    for (size_t i = 0; i < sizeof *fresh; i++)
+      p[i] = 0;
+    free(fresh);
+  }
+  return v;
 }
 
 /* ---- S3's answers ---- */
@@ -177,7 +261,7 @@ kiln_http_verdict kiln_s3_judge_answer(const kiln_s3_config *c, kiln_remote_meth
     *rc = KILN_EPERM;
     snprintf(detail, cap,
              "HTTP %ld %s: the session token has expired or is not valid: renew "
-             "the credentials (kiln does not refresh them yet)",
+             "the credentials",
              status, code);
     return KILN_HTTP_FAIL;
   }
@@ -232,7 +316,7 @@ kiln_http_verdict kiln_s3_judge_answer(const kiln_s3_config *c, kiln_remote_meth
 
 /* ---- the hooks and the backend ---- */
 
-static kiln_status prepare_hook(void *user, CURL *e, const kiln_remote_req *r,
+static kiln_status prepare_hook(void *user, CURL *e, kiln_remote_req *r,
                                 struct curl_slist **headers) {
   return kiln_s3_prepare(user, e, r, headers);
 }
@@ -244,10 +328,14 @@ static const char *header(CURL *e, const char *name) {
                                                                                           : "";
 }
 
-static kiln_http_verdict judge_hook(void *user, CURL *e, const kiln_remote_req *r, long status,
+static kiln_http_verdict judge_hook(void *user, CURL *e, kiln_remote_req *r, long status,
                                     const char *body, size_t body_len, kiln_status *rc,
                                     char *detail, size_t cap) {
   kiln_s3 *s = user;
+  char code[64];
+  kiln_s3_error_code(body, body_len, code, sizeof code);
+  if (strcmp(code, "ExpiredToken") == 0 || strcmp(code, "TokenRefreshRequired") == 0)
+    return renew(s, r, status, code, rc, detail, cap);
   return kiln_s3_judge_answer(&s->cfg, r->method, status, body, body_len, header(e, "Date"),
                               header(e, "x-amz-bucket-region"), time(NULL), rc, detail, cap);
 }
@@ -266,7 +354,11 @@ kiln_status kiln_s3_new(kiln_s3 **out, const kiln_remote_config *cfg) {
     rc = kiln_fail(KILN_ENOMEM, "out of memory");
     goto out;
   }
+  pthread_mutex_init(&s->mu, NULL);
+  s->rcfg = hc;
   KILN_CHECK(kiln_s3_config_load(&s->cfg, cfg->base));
+  if (s->cfg.creds.web_identity)
+    KILN_CHECK(kiln_sts_web_identity(&s->cfg.creds, s->cfg.sts_endpoint, &s->rcfg));
   snprintf(hc.base, sizeof hc.base, "%s", s->cfg.base);
   hooks.user = s;
   hooks.prepare = prepare_hook;
@@ -291,6 +383,7 @@ void kiln_s3_free(kiln_s3 *s) {
   if (!s) return;
   kiln_http_free(s->http);
   kiln_s3_config_wipe(&s->cfg);
+  pthread_mutex_destroy(&s->mu);
   free(s);
 }
 

@@ -2,9 +2,12 @@
  *   cache/remote/s3_config.c  the URL, the endpoint, the region, the addressing
  *                             and the credentials, from the environment and
  *                             AWS's shared files, in the order AWS's tools use
+ *   cache/remote/sts.c        web identity: AssumeRoleWithWebIdentity at STS,
+ *                             how pods on Kubernetes get credentials
  *   cache/remote/s3.c         the backend: http.c's transfer loop with AWS
  *                             Signature V4 (libcurl's CURLOPT_AWS_SIGV4), the
- *                             write-once PUT and S3's error answers explained */
+ *                             write-once PUT, S3's error answers explained and
+ *                             credentials renewed once when they expire */
 #ifndef KILN_CACHE_REMOTE_S3_H
 #define KILN_CACHE_REMOTE_S3_H
 
@@ -25,7 +28,15 @@ typedef struct kiln_s3_creds {
   char session_token[4096]; /* "" none */
   int anonymous;            /* no credentials found: unsigned requests, reads only */
   char source[640];         /* "environment (AWS_ACCESS_KEY_ID)", "file /h/.aws/credentials
-                               profile ci", "anonymous (no credentials found)" */
+                               profile ci", "web identity (...)", "anonymous (no credentials
+                               found)" */
+  /* web identity: kiln_s3_load_creds fills these (the key pair stays empty),
+   * kiln_sts_web_identity asks STS for the key pair */
+  int web_identity;
+  char token_file[1024];  /* the OIDC token's file (AWS_WEB_IDENTITY_TOKEN_FILE) */
+  char role_arn[256];     /* AWS_ROLE_ARN */
+  char session_name[65];  /* AWS_ROLE_SESSION_NAME, else kiln-<unix time> */
+  char expiration[32];    /* STS's <Expiration>, "" when not from STS */
 } kiln_s3_creds;
 
 #define KILN_S3_PREFIX_MAX 512
@@ -40,6 +51,9 @@ typedef struct kiln_s3_config {
   int virtual_host;      /* KILN_S3_ADDRESSING=virtual: BUCKET.host */
   char base[2048];       /* the URL the objects' paths ("ac/<key>") hang under */
   char sigv4[96];        /* "aws:amz:REGION:s3" for CURLOPT_AWS_SIGV4 */
+  char sts_endpoint[1024]; /* web identity's STS: AWS_ENDPOINT_URL_STS, AWS_ENDPOINT_URL,
+                              else https://sts.REGION.amazonaws.com */
+  char sts_from[64];
   kiln_s3_creds creds;
 } kiln_s3_config;
 
@@ -56,19 +70,38 @@ kiln_status kiln_s3_check_prefix(const char *prefix);
  * (+ AWS_SESSION_TOKEN); else the profile (AWS_PROFILE, default "default")
  * in the shared credentials file (AWS_SHARED_CREDENTIALS_FILE, else
  * ~/.aws/credentials), then in the config file (AWS_CONFIG_FILE, else
- * ~/.aws/config, sections "[profile NAME]", "[default]"); else anonymous.
+ * ~/.aws/config, sections "[profile NAME]", "[default]"); else web identity
+ * (AWS_WEB_IDENTITY_TOKEN_FILE + AWS_ROLE_ARN [+ AWS_ROLE_SESSION_NAME],
+ * else the profile's web_identity_token_file + role_arn [+
+ * role_session_name]): out->web_identity set, the key pair for
+ * kiln_sts_web_identity to get; else anonymous.
  * region (may be NULL) gets the profile's region from the config file, ""
- * when it has none. KILN_EINVAL for half a key pair, a named profile that
- * is in neither file, or a profile that gets its credentials in a way kiln
- * does not support yet (role_arn, sso_*, credential_process...); KILN_EIO
- * for a file that exists but cannot be read. Never a value in a message. */
+ * when it has none. KILN_EINVAL for half a key pair, half of web identity's
+ * pair, a named profile that is in neither file, or a profile that gets its
+ * credentials in a way kiln does not support yet (role_arn with
+ * source_profile, sso_*, credential_process...); KILN_EIO for a file that
+ * exists but cannot be read. Never a value in a message. */
 kiln_status kiln_s3_load_creds(kiln_s3_creds *out, char *region, size_t region_cap);
+
+/* Web identity: POSTs AssumeRoleWithWebIdentity (unsigned, as AWS's tools
+ * do) with c->role_arn, c->session_name and the token read from
+ * c->token_file to endpoint (sts_endpoint of the config), bounded by cfg's
+ * timeouts and retries and using its CA file; fills c's key pair, session
+ * token and expiration. Errors name the endpoint, the role and STS's error
+ * code, never the token or a key. */
+kiln_status kiln_sts_web_identity(kiln_s3_creds *c, const char *endpoint,
+                                  const kiln_remote_config *cfg);
+/* The key pair, session token and expiration of an STS answer's
+ * <Credentials> (exposed for the tests). KILN_EREMOTE when one is missing or
+ * not fit to be a header's value. */
+kiln_status kiln_sts_parse(const char *body, size_t len, kiln_s3_creds *c);
 
 /* Everything for url: kiln_s3_parse_url, the credentials, the region
  * (AWS_REGION, AWS_DEFAULT_REGION, the profile's, us-east-1), the endpoint
  * (KILN_S3_ENDPOINT, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else
  * https://s3.REGION.amazonaws.com), the addressing (KILN_S3_ADDRESSING
- * path|virtual, default path) and the base URL they make. */
+ * path|virtual, default path), the base URL they make and the STS endpoint.
+ * Web identity's STS call is not made here: kiln_s3_new makes it. */
 kiln_status kiln_s3_config_load(kiln_s3_config *out, const char *url);
 /* Zeroes the secrets. */
 void kiln_s3_config_wipe(kiln_s3_config *c);
@@ -85,7 +118,7 @@ const kiln_s3_config *kiln_s3_config_of(const kiln_s3 *s);
  * empty hash), If-None-Match: * on a PUT, x-amz-security-token with a
  * session token, and CURLOPT_AWS_SIGV4 with the key pair; nothing with
  * anonymous credentials. Exposed for the signing tests. */
-kiln_status kiln_s3_prepare(kiln_s3 *s, CURL *easy, const kiln_remote_req *r,
+kiln_status kiln_s3_prepare(kiln_s3 *s, CURL *easy, kiln_remote_req *r,
                             struct curl_slist **headers);
 
 /* What an S3 answer that is not 2xx means (the judge hook, without libcurl):

@@ -11,7 +11,8 @@
 #include <stdint.h> /* UINT64_MAX */
 #include <stdio.h>  /* snprintf */
 #include <stdlib.h> /* free, getenv */
-#include <string.h> /* memset, strcmp, strlen, strncmp */
+#include <string.h> /* memset, strchr, strcmp, strlen, strncmp */
+#include <time.h>   /* time: web identity's default session name */
 
 #include "cache/remote/s3.h"
 #include "common/error.h"
@@ -156,6 +157,7 @@ kiln_status kiln_s3_parse_url(const char *url, char *bucket, size_t bucket_cap, 
 typedef struct profile_vals {
   int found; /* the profile's section is in the file */
   char access_key[128], secret_key[128], session_token[4096], region[64];
+  char token_file[1024], role_arn[256], session_name[65]; /* web identity (config file) */
   char unsupported[32]; /* the first key naming a way of getting credentials kiln lacks */
   int line_ak, line_sk;
 } profile_vals;
@@ -210,9 +212,9 @@ static int section_is(const char *name, const char *profile, int config) {
  * continue a key's value (botocore's nested sections): skipped. */
 static kiln_status read_profile(profile_vals *v, const char *path, const char *profile,
                                 int config) {
-  static const char *const unsupported[] = {
-      "role_arn",       "credential_process",      "sso_session",    "sso_start_url",
-      "sso_account_id", "web_identity_token_file", "source_profile", "credential_source"};
+  static const char *const unsupported[] = {"credential_process", "sso_session",
+                                             "sso_start_url",      "sso_account_id",
+                                             "source_profile",     "credential_source"};
   uint8_t *data = NULL;
   size_t len = 0;
   int in = 0, line = 0;
@@ -253,6 +255,12 @@ static kiln_status read_profile(profile_vals *v, const char *path, const char *p
         rc = take_value(v->session_token, sizeof v->session_token, val, vn, key, path, line);
       } else if (strcmp(key, "region") == 0 && config) {
         rc = take_value(v->region, sizeof v->region, val, vn, key, path, line);
+      } else if (strcmp(key, "web_identity_token_file") == 0 && config) {
+        rc = take_value(v->token_file, sizeof v->token_file, val, vn, key, path, line);
+      } else if (strcmp(key, "role_arn") == 0 && config) {
+        rc = take_value(v->role_arn, sizeof v->role_arn, val, vn, key, path, line);
+      } else if (strcmp(key, "role_session_name") == 0 && config) {
+        rc = take_value(v->session_name, sizeof v->session_name, val, vn, key, path, line);
       } else {
         for (size_t i = 0; i < sizeof unsupported / sizeof *unsupported; i++)
           if (!v->unsupported[0] && strcmp(key, unsupported[i]) == 0)
@@ -305,6 +313,67 @@ static kiln_status from_file(kiln_s3_creds *out, profile_vals *v, const char *pa
   return KILN_OK;
 }
 
+static int session_char(int c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+         strchr("_+=,.@-", c) != NULL;
+}
+
+/* Web identity from the environment (AWS_WEB_IDENTITY_TOKEN_FILE +
+ * AWS_ROLE_ARN), else from the config file's profile (v); *got = 1 when
+ * either has it. The token is not read here: kiln_sts_web_identity does. */
+static kiln_status web_identity(kiln_s3_creds *out, const profile_vals *v, const char *conf_path,
+                                const char *profile, int *got) {
+  const char *file = kiln_param_aws_web_identity_token_file(), *arn = kiln_param_aws_role_arn();
+  const char *name = kiln_param_aws_role_session_name(), *from = "AWS_WEB_IDENTITY_TOKEN_FILE";
+  char where[700], bad[64];
+  kiln_status rc = KILN_OK;
+  *got = 0;
+  if (file || arn) {
+    if (!file || !arn)
+      return kiln_fail(KILN_EINVAL, "%s is set but %s is not: web identity needs both",
+                       file ? "AWS_WEB_IDENTITY_TOKEN_FILE" : "AWS_ROLE_ARN",
+                       file ? "AWS_ROLE_ARN" : "AWS_WEB_IDENTITY_TOKEN_FILE");
+    snprintf(where, sizeof where, "AWS_ROLE_ARN");
+  } else if (v->token_file[0]) {
+    if (!v->role_arn[0])
+      return kiln_fail(KILN_EINVAL, "%s, profile %s: web_identity_token_file without role_arn",
+                       conf_path, profile);
+    file = v->token_file;
+    arn = v->role_arn;
+    if (!name && v->session_name[0]) name = v->session_name;
+    from = "web_identity_token_file";
+    snprintf(where, sizeof where, "%.500s, profile %.100s", conf_path, profile);
+  } else {
+    return KILN_OK;
+  }
+  KILN_CHECK(take_env(out->token_file, sizeof out->token_file, file, from));
+  KILN_CHECK(take_env(out->role_arn, sizeof out->role_arn, arn, "the role ARN"));
+  if (strncmp(out->role_arn, "arn:", 4) != 0) {
+    rc = kiln_fail(KILN_EINVAL, "the role ARN from %s does not begin with arn: (arn:aws:iam::"
+                   "ACCOUNT:role/NAME)", where);
+    goto out;
+  }
+  if (name) {
+    first_bad(name, session_char, bad, sizeof bad);
+    if (bad[0] || strlen(name) < 2 || strlen(name) > 64) {
+      rc = kiln_fail(KILN_EINVAL,
+                     "the role session name (AWS_ROLE_SESSION_NAME or role_session_name) must be "
+                     "2 to 64 of A-Z a-z 0-9 _ + = , . @ -%s%s",
+                     bad[0] ? ": " : "", bad);
+      goto out;
+    }
+    snprintf(out->session_name, sizeof out->session_name, "%s", name);
+  } else {
+    snprintf(out->session_name, sizeof out->session_name, "kiln-%lld", (long long)time(NULL));
+  }
+  out->web_identity = 1;
+  snprintf(out->source, sizeof out->source, "web identity (role %.200s from %.200s, token file %.200s)",
+           out->role_arn, where, out->token_file);
+  *got = 1;
+out:
+  return rc;
+}
+
 kiln_status kiln_s3_load_creds(kiln_s3_creds *out, char *region, size_t region_cap) {
   const char *ak = kiln_param_aws_access_key_id(), *sk = kiln_param_aws_secret_access_key();
   const char *tok = kiln_param_aws_session_token(), *prof_var = kiln_param_aws_profile();
@@ -350,7 +419,10 @@ kiln_status kiln_s3_load_creds(kiln_s3_creds *out, char *region, size_t region_c
   }
   KILN_CHECK(from_file(out, cv, cred_path, profile, &got));
   if (!got) KILN_CHECK(from_file(out, fv, conf_path, profile, &got));
+  if (!got) KILN_CHECK(web_identity(out, fv, conf_path, profile, &got));
   if (got) goto out;
+  if (fv->role_arn[0]) /* a role assumed from another profile's credentials */
+    snprintf(fv->unsupported, sizeof fv->unsupported, "role_arn");
   if (cv->unsupported[0] || fv->unsupported[0]) {
     rc = kiln_fail(KILN_EINVAL,
                    "AWS profile %s gets its credentials through %s, which kiln does not "
@@ -480,6 +552,18 @@ kiln_status kiln_s3_config_load(kiln_s3_config *c, const char *url) {
     n = snprintf(c->endpoint, sizeof c->endpoint, "https://s3.%s.amazonaws.com", c->region);
     auth_at = 8;
     auth_len = (size_t)n - 8;
+  }
+  /* web identity's STS */
+  if ((v = kiln_param_aws_endpoint_url_sts()))
+    snprintf(c->sts_from, sizeof c->sts_from, "AWS_ENDPOINT_URL_STS");
+  else if ((v = kiln_param_aws_endpoint_url()))
+    snprintf(c->sts_from, sizeof c->sts_from, "AWS_ENDPOINT_URL");
+  if (v) {
+    size_t at, alen;
+    KILN_CHECK(check_endpoint(c->sts_endpoint, sizeof c->sts_endpoint, v, c->sts_from, &at, &alen));
+  } else {
+    snprintf(c->sts_from, sizeof c->sts_from, "AWS, for the region");
+    snprintf(c->sts_endpoint, sizeof c->sts_endpoint, "https://sts.%s.amazonaws.com", c->region);
   }
   /* base */
   if (c->virtual_host) {

@@ -48,6 +48,9 @@ typedef struct listener {
   char last[16384]; /* the last request: head and body */
   size_t last_len;
   int count;
+  /* a request with this x-amz-security-token gets 400 ExpiredToken ("" none) */
+  char expired_token[64];
+  int expired; /* how many did */
 } listener;
 
 static void read_request(int c, char *buf, size_t cap, size_t *len) {
@@ -67,6 +70,10 @@ static void read_request(int c, char *buf, size_t cap, size_t *len) {
   buf[n] = '\0';
   *len = n;
 }
+
+static void req_header(const listener *L, const char *name, char *out, size_t cap);
+
+#define S3_ERR(code) "<?xml version=\"1.0\"?><Error><Code>" code "</Code><Message>m</Message></Error>"
 
 static void *listen_main(void *arg) {
   listener *L = arg;
@@ -88,9 +95,21 @@ static void *listen_main(void *arg) {
     memcpy(L->last, req, len + 1);
     L->last_len = len;
     L->count++;
-    n = snprintf(resp, sizeof resp,
-                 "HTTP/1.1 %d X\r\nContent-Length: %zu\r\nConnection: close\r\n%s\r\n%s", L->status,
-                 strlen(L->body), L->extra_headers, head ? "" : L->body);
+    {
+      char tok[128];
+      req_header(L, "x-amz-security-token", tok, sizeof tok);
+      if (L->expired_token[0] && strcmp(tok, L->expired_token) == 0) {
+        const char *b = S3_ERR("ExpiredToken");
+        L->expired++;
+        n = snprintf(resp, sizeof resp,
+                     "HTTP/1.1 400 X\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                     strlen(b), head ? "" : b);
+      } else {
+        n = snprintf(resp, sizeof resp,
+                     "HTTP/1.1 %d X\r\nContent-Length: %zu\r\nConnection: close\r\n%s\r\n%s",
+                     L->status, strlen(L->body), L->extra_headers, head ? "" : L->body);
+      }
+    }
     pthread_mutex_unlock(&L->mu);
     if (send(c, resp, (size_t)n, MSG_NOSIGNAL) < 0) { /* the client may have gone */
     }
@@ -233,7 +252,11 @@ static const char *const env_names[] = {"AWS_ACCESS_KEY_ID",
                                         "AWS_ENDPOINT_URL_S3",
                                         "AWS_ENDPOINT_URL",
                                         "KILN_S3_ENDPOINT",
-                                        "KILN_S3_ADDRESSING"};
+                                        "KILN_S3_ADDRESSING",
+                                        "AWS_ENDPOINT_URL_STS",
+                                        "AWS_WEB_IDENTITY_TOKEN_FILE",
+                                        "AWS_ROLE_ARN",
+                                        "AWS_ROLE_SESSION_NAME"};
 
 typedef struct fixture {
   char dir[256];
@@ -308,7 +331,7 @@ static void new_s3(kiln_s3 **out, const char *url) {
 /* One request through libcurl as http.c makes it (the base URL, then the
  * S3 hook), with extra headers (a fixed x-amz-date: tests only), to host
  * (CURLOPT_CONNECT_TO: the listener). */
-static void send_prepared(kiln_s3 *s, listener *L, const kiln_remote_req *r,
+static void send_prepared(kiln_s3 *s, listener *L, kiln_remote_req *r,
                           const char *const *extra, int n_extra) {
   CURL *e = curl_easy_init();
   struct curl_slist *h = NULL, *to = NULL;
@@ -752,6 +775,207 @@ static void test_credentials_order(void **state) {
   creds_fail("AWS_SECRET_ACCESS_KEY has a space or a character", "secretvalue");
 }
 
+/* Web identity comes after the keys of the environment and the files: from
+ * AWS_WEB_IDENTITY_TOKEN_FILE + AWS_ROLE_ARN, else the config file's profile. */
+static void test_web_identity_order(void **state) {
+  fixture *f = *state;
+  kiln_s3_creds c;
+  char src[700], conf[400];
+  snprintf(conf, sizeof conf, "%s/.aws/config", f->home);
+  env("AWS_WEB_IDENTITY_TOKEN_FILE", "/var/run/secrets/token");
+  creds_fail("AWS_WEB_IDENTITY_TOKEN_FILE is set but AWS_ROLE_ARN is not", NULL);
+  env("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/kiln");
+  assert_int_equal(kiln_s3_load_creds(&c, NULL, 0), KILN_OK);
+  assert_true(c.web_identity);
+  assert_false(c.anonymous);
+  assert_string_equal(c.access_key, "");
+  assert_string_equal(c.token_file, "/var/run/secrets/token");
+  assert_string_equal(c.role_arn, "arn:aws:iam::123456789012:role/kiln");
+  assert_memory_equal(c.session_name, "kiln-", 5);
+  assert_string_equal(c.source, "web identity (role arn:aws:iam::123456789012:role/kiln from "
+                                "AWS_ROLE_ARN, token file /var/run/secrets/token)");
+  env("AWS_ROLE_SESSION_NAME", "job 7");
+  creds_fail("role session name", NULL);
+  env("AWS_ROLE_SESSION_NAME", "job-7@node.3");
+  assert_int_equal(kiln_s3_load_creds(&c, NULL, 0), KILN_OK);
+  assert_string_equal(c.session_name, "job-7@node.3");
+  env("AWS_ROLE_ARN", "role/kiln");
+  creds_fail("does not begin with arn:", NULL);
+  /* keys in a file come first */
+  env("AWS_ROLE_ARN", "arn:aws:iam::1:role/k");
+  aws_file(f, "credentials", "[default]\naws_access_key_id = FAK\naws_secret_access_key = FSK\n");
+  assert_int_equal(kiln_s3_load_creds(&c, NULL, 0), KILN_OK);
+  assert_false(c.web_identity);
+  assert_string_equal(c.access_key, "FAK");
+  aws_file(f, "credentials", "");
+  clean_env();
+  /* the config file's profile */
+  aws_file(f, "config",
+           "[profile pod]\nweb_identity_token_file = /tok\nrole_arn = arn:aws:iam::2:role/p\n"
+           "role_session_name = podsession\n");
+  env("AWS_PROFILE", "pod");
+  assert_int_equal(kiln_s3_load_creds(&c, NULL, 0), KILN_OK);
+  assert_true(c.web_identity);
+  assert_string_equal(c.token_file, "/tok");
+  assert_string_equal(c.session_name, "podsession");
+  snprintf(src, sizeof src, "web identity (role arn:aws:iam::2:role/p from %s, profile pod, token "
+           "file /tok)", conf);
+  assert_string_equal(c.source, src);
+  aws_file(f, "config", "[profile pod]\nweb_identity_token_file = /tok\n");
+  creds_fail("web_identity_token_file without role_arn", NULL);
+}
+
+/* ---- web identity through STS, and credentials renewed on ExpiredToken ---- */
+
+#define STS_OK                                                                                     \
+  "<AssumeRoleWithWebIdentityResponse><AssumeRoleWithWebIdentityResult><Credentials>"              \
+  "<SessionToken>STSsessTOKEN+/=</SessionToken><SecretAccessKey>STSsecret/KEY+</SecretAccessKey>"  \
+  "<Expiration>2026-11-28T12:00:00Z</Expiration><AccessKeyId>ASIASTSKEY</AccessKeyId>"             \
+  "</Credentials></AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>"
+
+static void test_sts_parse(void **state) {
+  kiln_s3_creds c;
+  (void)state;
+  memset(&c, 0, sizeof c);
+  assert_int_equal(kiln_sts_parse(STS_OK, strlen(STS_OK), &c), KILN_OK);
+  assert_string_equal(c.access_key, "ASIASTSKEY");
+  assert_string_equal(c.secret_key, "STSsecret/KEY+");
+  assert_string_equal(c.session_token, "STSsessTOKEN+/=");
+  assert_string_equal(c.expiration, "2026-11-28T12:00:00Z");
+  /* a missing field, a value with a space or an entity, no <Credentials>: refused */
+  static const char *const bad[] = {
+      "<Credentials><AccessKeyId>A</AccessKeyId><SecretAccessKey>S</SecretAccessKey></Credentials>",
+      "<Credentials><AccessKeyId>A B</AccessKeyId><SecretAccessKey>S</SecretAccessKey>"
+      "<SessionToken>T</SessionToken></Credentials>",
+      "<Credentials><AccessKeyId>A</AccessKeyId><SecretAccessKey>S&amp;</SecretAccessKey>"
+      "<SessionToken>T</SessionToken></Credentials>",
+      "<AccessKeyId>A</AccessKeyId><SecretAccessKey>S</SecretAccessKey><SessionToken>T</SessionToken>",
+      "<Credentials><AccessKeyId>A</AccessKeyIdX><SecretAccessKey>S</SecretAccessKey>"
+      "<SessionToken>T</SessionToken></Credentials>",
+      ""};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    memset(&c, 0, sizeof c);
+    assert_int_equal(kiln_sts_parse(bad[i], strlen(bad[i]), &c), KILN_EREMOTE);
+    assert_string_equal(c.secret_key, "");
+  }
+}
+
+static void test_web_identity_through_sts(void **state) {
+  fixture *f = *state;
+  kiln_s3 *s = NULL;
+  kiln_remote_config cfg;
+  char url[64], tokfile[400], v[256];
+  listener_start(&f->L);
+  f->listening = 1;
+  snprintf(url, sizeof url, "http://127.0.0.1:%d", f->L.port);
+  snprintf(tokfile, sizeof tokfile, "%s/token", f->dir);
+  write_file(tokfile, "eyJOIDCtoken.payload+sig/=\n");
+  env("KILN_S3_ENDPOINT", "http://s3.invalid");
+  env("AWS_ENDPOINT_URL_STS", url);
+  env("AWS_WEB_IDENTITY_TOKEN_FILE", tokfile);
+  env("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/kiln");
+  env("AWS_ROLE_SESSION_NAME", "ci-7");
+  answer(&f->L, 200, NULL, STS_OK);
+  new_s3(&s, "s3://kiln-test");
+  {
+    const kiln_s3_creds *c = &kiln_s3_config_of(s)->creds;
+    assert_string_equal(c->access_key, "ASIASTSKEY");
+    assert_string_equal(c->secret_key, "STSsecret/KEY+");
+    assert_string_equal(c->session_token, "STSsessTOKEN+/=");
+    assert_non_null(strstr(c->source, "web identity (role arn:aws:iam::123456789012:role/kiln"));
+  }
+  /* one unsigned POST to STS's root, the form percent-encoded, the token's newline dropped */
+  assert_memory_equal(f->L.last, "POST / ", 7);
+  req_header(&f->L, "Authorization", v, sizeof v);
+  assert_string_equal(v, "");
+  assert_non_null(strstr(f->L.last, "\r\n\r\nAction=AssumeRoleWithWebIdentity&Version=2011-06-15&"
+                                    "RoleArn=arn%3Aaws%3Aiam%3A%3A123456789012%3Arole%2Fkiln&"
+                                    "RoleSessionName=ci-7&WebIdentityToken=eyJOIDCtoken.payload%2Bsig"
+                                    "%2F%3D"));
+  kiln_s3_free(s);
+  /* STS refuses: its code and what it means; never the token */
+  answer(&f->L, 400, NULL,
+         "<ErrorResponse><Error><Type>Sender</Type><Code>InvalidIdentityToken</Code>"
+         "<Message>eyJOIDCtoken is bad</Message></Error></ErrorResponse>");
+  memset(&cfg, 0, sizeof cfg);
+  snprintf(cfg.base, sizeof cfg.base, "s3://kiln-test");
+  cfg.connect_timeout_ms = 2000;
+  cfg.timeout_ms = 5000;
+  assert_int_equal(kiln_s3_new(&s, &cfg), KILN_EPERM);
+  assert_non_null(strstr(kiln_last_error(), "HTTP 400 InvalidIdentityToken: the token in the file"));
+  assert_non_null(strstr(kiln_last_error(), url));
+  assert_null(strstr(kiln_last_error(), "eyJOIDC"));
+  /* a 5xx is retried, then an error with the count */
+  answer(&f->L, 503, NULL, "");
+  cfg.retries = 1;
+  f->L.count = 0;
+  assert_int_equal(kiln_s3_new(&s, &cfg), KILN_EREMOTE);
+  assert_non_null(strstr(kiln_last_error(), "HTTP 503 (2 attempts)"));
+  assert_int_equal(f->L.count, 2);
+  /* a token file that is not there */
+  env("AWS_WEB_IDENTITY_TOKEN_FILE", "/nonexistent/token");
+  assert_int_equal(kiln_s3_new(&s, &cfg), KILN_ENOTFOUND);
+  assert_non_null(strstr(kiln_last_error(), "the token file /nonexistent/token cannot be read"));
+}
+
+static void get_ok_or(kiln_s3 *s, kiln_status want, const char *says) {
+  kiln_remote_req r;
+  memset(&r, 0, sizeof r);
+  r.method = KILN_REMOTE_GET;
+  r.out_fd = -1;
+  r.max_bytes = 65536;
+  snprintf(r.path, sizeof r.path, "ac/k");
+  assert_int_equal(kiln_remote_s3.run(s, &r, 1), KILN_OK);
+  assert_int_equal(r.rc, want);
+  if (says && !strstr(r.error, says)) fail_msg("'%s' does not say '%s'", r.error, says);
+  kiln_remote_reqs_reset(&r, 1);
+}
+
+static void no_secret(const char *text);
+
+/* ExpiredToken: the credentials read again from their source and the
+ * request retried; the same credentials, or a second ExpiredToken after a
+ * renewal, is an error. */
+static void test_expired_token_renewed(void **state) {
+  fixture *f = *state;
+  kiln_s3 *s = NULL;
+  char url[64], v[256];
+  listener_start(&f->L);
+  f->listening = 1;
+  snprintf(url, sizeof url, "http://127.0.0.1:%d", f->L.port);
+  env("KILN_S3_ENDPOINT", url);
+  aws_file(f, "credentials",
+           "[default]\naws_access_key_id=AK1\naws_secret_access_key=SK1\naws_session_token=tok-1\n");
+  new_s3(&s, "s3://kiln-test");
+  /* the file was rewritten by whatever renews it; the server expires tok-1 */
+  aws_file(f, "credentials",
+           "[default]\naws_access_key_id=AK2\naws_secret_access_key=SK2\naws_session_token=tok-2\n");
+  snprintf(f->L.expired_token, sizeof f->L.expired_token, "tok-1");
+  answer(&f->L, 200, NULL, "hello");
+  f->L.count = 0;
+  get_ok_or(s, KILN_OK, NULL);
+  assert_int_equal(f->L.count, 2);
+  assert_int_equal(f->L.expired, 1);
+  req_header(&f->L, "x-amz-security-token", v, sizeof v);
+  assert_string_equal(v, "tok-2");
+  assert_string_equal(kiln_s3_config_of(s)->creds.access_key, "AK2");
+  /* tok-2 expires and the file still has it: an error, after one re-read */
+  snprintf(f->L.expired_token, sizeof f->L.expired_token, "tok-2");
+  f->L.count = 0;
+  get_ok_or(s, KILN_EPERM, "HTTP 400 ExpiredToken: the credentials have expired, and their source");
+  assert_int_equal(f->L.count, 1);
+  /* renewed, and the new ones refused at once too: an error, not a loop */
+  aws_file(f, "credentials",
+           "[default]\naws_access_key_id=AK3\naws_secret_access_key=SK3\naws_session_token=tok-3\n");
+  f->L.expired_token[0] = '\0';
+  answer(&f->L, 400, NULL, S3_ERR("ExpiredToken"));
+  f->L.count = 0;
+  get_ok_or(s, KILN_EPERM, "expired again right after they were renewed");
+  assert_int_equal(f->L.count, 2);
+  no_secret(kiln_last_error());
+  kiln_s3_free(s);
+}
+
 /* ---- S3's answers ---- */
 
 static kiln_http_verdict judge(const kiln_s3_config *c, kiln_remote_method m, long st,
@@ -760,9 +984,6 @@ static kiln_http_verdict judge(const kiln_s3_config *c, kiln_remote_method m, lo
   return kiln_s3_judge_answer(c, m, st, body, body ? strlen(body) : 0, date ? date : "", "",
                               curl_getdate("Wed, 01 May 2024 12:00:00 GMT", NULL), rc, detail, 200);
 }
-
-#define S3_ERR(code)                                                                               \
-  "<?xml version=\"1.0\"?><Error><Code>" code "</Code><Message>m</Message></Error>"
 
 static void test_answers_explained(void **state) {
   kiln_s3_config c;
@@ -965,6 +1186,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_url_rules, setup, teardown),
       cmocka_unit_test_setup_teardown(test_endpoint_region_addressing_order, setup, teardown),
       cmocka_unit_test_setup_teardown(test_credentials_order, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_web_identity_order, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_sts_parse, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_web_identity_through_sts, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_expired_token_renewed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_answers_explained, setup, teardown),
       cmocka_unit_test_setup_teardown(test_backend_and_no_secret_in_logs, setup, teardown),
   };
