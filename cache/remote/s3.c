@@ -28,6 +28,7 @@
  * that finds the same credentials, is an error. Requests signed before a
  * renewal that come back expired are retried with the new ones. */
 #include <pthread.h> /* the credentials' mutex */
+#include <stdarg.h>  /* va_list */
 #include <stdio.h>   /* snprintf */
 #include <stdlib.h>  /* calloc, free */
 #include <string.h>  /* memcpy, strcmp, strncmp, strstr */
@@ -48,7 +49,23 @@ struct kiln_s3 {
   kiln_http *http;
   pthread_mutex_t mu; /* cfg.creds and gen: a renewal replaces them while others sign */
   unsigned gen;       /* bumped by each renewal */
+  /* web identity's STS could not be reached when the remote opened: asked
+   * again at each run; until it answers, every request fails with this */
+  char creds_error[240];
+  unsigned warned_gen; /* gen + 1 once a failed renewal was said at warn */
 };
+
+/* Says a failed renewal once per generation of credentials (s->mu held). */
+__attribute__((format(printf, 2, 3))) static void warn_once(kiln_s3 *s, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  if (s->warned_gen == s->gen + 1) return;
+  s->warned_gen = s->gen + 1;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  kiln_log(KILN_LOG_WARN, "remote cache %s: %s", s->cfg.base, msg);
+}
 
 const kiln_s3_config *kiln_s3_config_of(const kiln_s3 *s) {
   return &s->cfg;
@@ -139,18 +156,19 @@ static kiln_http_verdict renew(kiln_s3 *s, kiln_remote_req *r, long status, cons
     snprintf(detail, cap, "HTTP %ld %s: signed before the credentials were renewed", status, code);
     v = KILN_HTTP_RETRY;
   } else if (r->renewals > 0) {
-    snprintf(detail, cap,
-             "HTTP %ld %s: the credentials expired again right after they were renewed (from "
-             "%.300s): renew them at their source",
-             status, code, s->cfg.creds.source);
+    snprintf(detail, cap, "HTTP %ld %s: expired again right after renewal", status, code);
+    warn_once(s, "the credentials renewed from %s were refused at once (%s): renew them there",
+              s->cfg.creds.source, code);
   } else if ((st = get_creds(s, fresh)) != KILN_OK) {
-    snprintf(detail, cap, "HTTP %ld %s: the credentials have expired, and reading them again "
-             "failed: %.300s", status, code, kiln_last_error());
+    snprintf(detail, cap, "HTTP %ld %s: re-reading the credentials failed", status, code);
+    warn_once(s, "the credentials have expired (%s), and reading them again failed: %s", code,
+              kiln_last_error());
   } else if (same_creds(fresh, &s->cfg.creds)) {
-    snprintf(detail, cap,
-             "HTTP %ld %s: the credentials have expired, and their source (%.300s) still has "
-             "the same ones: renew them there",
-             status, code, fresh->source);
+    snprintf(detail, cap, "HTTP %ld %s: expired, and their source has no newer ones", status,
+             code);
+    warn_once(s, "the credentials have expired (%s), and their source (%s) still has the same "
+              "ones: renew them there",
+              code, fresh->source);
   } else {
     s->cfg.creds = *fresh;
     s->gen++;
@@ -357,8 +375,15 @@ kiln_status kiln_s3_new(kiln_s3 **out, const kiln_remote_config *cfg) {
   pthread_mutex_init(&s->mu, NULL);
   s->rcfg = hc;
   KILN_CHECK(kiln_s3_config_load(&s->cfg, cfg->base));
-  if (s->cfg.creds.web_identity)
-    KILN_CHECK(kiln_sts_web_identity(&s->cfg.creds, s->cfg.sts_endpoint, &s->rcfg));
+  if (s->cfg.creds.web_identity) {
+    rc = kiln_sts_web_identity(&s->cfg.creds, s->cfg.sts_endpoint, &s->rcfg);
+    if (rc == KILN_EREMOTE || rc == KILN_ETIMEDOUT) { /* STS is away: the remote fails, not kiln */
+      snprintf(s->creds_error, sizeof s->creds_error, "%s", kiln_last_error());
+      kiln_log(KILN_LOG_WARN, "remote cache %s: %s", cfg->base, s->creds_error);
+      rc = KILN_OK;
+    }
+    if (rc != KILN_OK) goto out;
+  }
   snprintf(hc.base, sizeof hc.base, "%s", s->cfg.base);
   hooks.user = s;
   hooks.prepare = prepare_hook;
@@ -413,9 +438,42 @@ static void explain_head_403(kiln_s3 *s, kiln_remote_req *reqs, size_t n) {
   }
 }
 
+/* 1 when the credentials are there; else asks STS again, and when it still
+ * cannot answer fails every request with why (each counts towards the
+ * breaker, which turns the remote off as for a server that is down). */
+static int creds_ready(kiln_s3 *s, kiln_remote_req *reqs, size_t n) {
+  kiln_s3_creds *fresh;
+  int ready;
+  pthread_mutex_lock(&s->mu);
+  if (s->creds_error[0] && (fresh = calloc(1, sizeof *fresh))) {
+    if (get_creds(s, fresh) == KILN_OK) {
+      s->cfg.creds = *fresh;
+      s->creds_error[0] = '\0';
+    } else {
+      snprintf(s->creds_error, sizeof s->creds_error, "%s", kiln_last_error());
+    }
+    memset(fresh, 0, sizeof *fresh);
+    free(fresh);
+  }
+  ready = !s->creds_error[0];
+  for (size_t i = 0; !ready && i < n; i++) {
+    reqs[i].rc = KILN_EREMOTE;
+    reqs[i].attempts = 1;
+    snprintf(reqs[i].error, sizeof reqs[i].error, "%s %.72s: %.170s",
+             kiln_remote_method_name(reqs[i].method), reqs[i].path, s->creds_error);
+    kiln_breaker_note(kiln_http_breaker(s->http), &reqs[i]);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return ready;
+}
+
 static kiln_status backend_run(void *impl, kiln_remote_req *reqs, size_t n) {
   kiln_s3 *s = impl;
-  kiln_status rc = kiln_http_run(s->http, reqs, n);
+  kiln_status rc;
+  kiln_remote_reqs_clear(reqs, n);
+  if (kiln_breaker_is_open(kiln_http_breaker(s->http))) return kiln_breaker_fail_all(reqs, n);
+  if (!creds_ready(s, reqs, n)) return KILN_OK;
+  rc = kiln_http_run(s->http, reqs, n);
   if (rc == KILN_OK) explain_head_403(s, reqs, n);
   return rc;
 }

@@ -15,10 +15,25 @@ Binds 127.0.0.1:0 and writes the port to F. Serves GET/HEAD/PUT of files under
   garbage     GET returns wrong bytes of the same length
 PUT /_mode with the mode in the body switches the mode at runtime.
 --token T: a request without "Authorization: Bearer T" gets 401.
---log FILE: one line per request "METHOD PATH STATUS auth=yes|no" (never the token).
+--log FILE: one line per request "METHOD PATH STATUS auth=yes|no [tok=H]" (never
+  the token; H: the first 8 hex of the SHA-256 of its x-amz-security-token).
+
+--upstream URL: a proxy instead of a file server: every request that no fault
+answers goes to URL as it came (its Host header too, so an AWS signature made
+for this server checks there), and the answer comes back. Two more modes, S3's
+answers that servers used in tests do not give:
+  s3-expired-token:TOKEN[:GATE]  a request whose x-amz-security-token is TOKEN
+                gets 400 ExpiredToken; with GATE, only once the file GATE
+                exists (the request is logged "held" and waits at most 120 s),
+                so a test can change the credentials while a client waits
+  s3-region:REGION  a signed request whose credential scope names another
+                region gets AWS's 400 AuthorizationHeaderMalformed naming REGION
 """
 import argparse
+import hashlib
+import http.client
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -29,14 +44,24 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 STALL_MAX_S = 120
 
 
+HOP_BY_HOP = {"connection", "keep-alive", "expect", "transfer-encoding", "te", "trailer",
+              "upgrade", "proxy-authorization", "proxy-authenticate"}
+
+
+def s3_error(code, message, extra=""):
+    return ('<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>%s</Code><Message>%s</Message>'
+            '%s<RequestId>fault</RequestId></Error>' % (code, message, extra)).encode()
+
+
 class State:
-    def __init__(self, mode, token, log, root):
+    def __init__(self, mode, token, log, root, upstream=None):
         self.lock = threading.Lock()
         self.mode = mode
         self.flaky_left = 0
         self.token = token
         self.log = log
         self.root = root
+        self.upstream = upstream  # (host, port) or None
         self.set_mode(mode)
 
     def set_mode(self, mode):
@@ -93,8 +118,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def _logged(self, status):
         ok, present = self._auth()
+        tok = self.headers.get("x-amz-security-token")
         self.server.state.write_log(
-            "%s %s %d auth=%s" % (self.command, self.path, status, "yes" if present else "no"))
+            "%s %s %s auth=%s%s" % (self.command, self.path, status, "yes" if present else "no",
+                                   " tok=" + hashlib.sha256(tok.encode()).hexdigest()[:8]
+                                   if tok else ""))
 
     def _read_body(self):
         n = int(self.headers.get("Content-Length") or 0)
@@ -139,9 +167,76 @@ class Handler(BaseHTTPRequestHandler):
             return None
         return mode
 
+    def _s3_fault(self, mode):
+        """The s3-* modes: answers and returns True, or returns False."""
+        if mode.startswith("s3-expired-token:"):
+            parts = mode.split(":", 2)
+            if self.headers.get("x-amz-security-token") != parts[1]:
+                return False
+            if len(parts) > 2:
+                self._logged("held")
+                deadline = time.time() + STALL_MAX_S
+                while not os.path.exists(parts[2]) and time.time() < deadline:
+                    time.sleep(0.05)
+            self._answer(400, s3_error("ExpiredToken", "The provided token has expired."),
+                         send_body=self.command != "HEAD")
+            return True
+        if mode.startswith("s3-region:"):
+            want = mode.split(":", 1)[1]
+            m = re.search(r"Credential=[^/]+/\d{8}/([^/]+)/s3/",
+                          self.headers.get("Authorization") or "")
+            if not m or m.group(1) == want:
+                return False
+            self._answer(400, s3_error(
+                "AuthorizationHeaderMalformed",
+                "The authorization header is malformed; the region '%s' is wrong; expecting '%s'"
+                % (m.group(1), want), "<Region>%s</Region>" % want),
+                send_body=self.command != "HEAD")
+            return True
+        return False
+
+    def _proxy(self, mode):
+        """Forwards the request upstream as it came, and its answer back."""
+        if self._s3_fault(mode):
+            return
+        host, port = self.server.state.upstream
+        body = getattr(self, "_body", None) if self.command in ("PUT", "POST") else None
+        if self.command == "POST":
+            body = self._read_body()
+        conn = http.client.HTTPConnection(host, port, timeout=60)
+        try:
+            conn.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
+            for k, v in self.headers.items():
+                if k.lower() not in HOP_BY_HOP and k.lower() != "content-length":
+                    conn.putheader(k, v)
+            conn.putheader("Content-Length", str(len(body or b"")))
+            conn.endheaders(body or b"")
+            resp = conn.getresponse()
+            data = resp.read()
+        except OSError as e:
+            self._answer(502, ("upstream: %s\n" % e).encode())
+            return
+        finally:
+            conn.close()
+        self._logged(resp.status)
+        self.send_response(resp.status)
+        for k, v in resp.getheaders():
+            if k.lower() not in HOP_BY_HOP and k.lower() not in ("content-length", "date", "server"):
+                self.send_header(k, v)
+        if self.command == "HEAD":
+            self.send_header("Content-Length", resp.getheader("Content-Length") or "0")
+        else:
+            self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD" and data:
+            self.wfile.write(data)
+
     def _get(self, send_body):
         mode = self._common()
         if mode is None:
+            return
+        if self.server.state.upstream:
+            self._proxy(mode)
             return
         path = self._path()
         if path is None or not os.path.isfile(path):
@@ -168,9 +263,26 @@ class Handler(BaseHTTPRequestHandler):
     def do_HEAD(self):
         self._get(False)
 
+    def do_POST(self):
+        mode = self._common()
+        if mode is not None and self.server.state.upstream:
+            self._proxy(mode)
+        elif mode is not None:
+            self._answer(405, b"no POST here\n")
+
+    def do_DELETE(self):
+        mode = self._common()
+        if mode is not None and self.server.state.upstream:
+            self._proxy(mode)
+        elif mode is not None:
+            self._answer(405, b"no DELETE here\n")
+
     def do_PUT(self):
         mode = self._common()
         if mode is None:
+            return
+        if self.server.state.upstream:
+            self._proxy(mode)
             return
         if mode == "readonly":
             self._answer(403, b"read-only\n")
@@ -194,12 +306,19 @@ def main():
     ap.add_argument("--mode", default="ok")
     ap.add_argument("--token")
     ap.add_argument("--log")
+    ap.add_argument("--upstream", help="http://HOST:PORT: a proxy, not a file server")
     a = ap.parse_args()
+    upstream = None
+    if a.upstream:
+        m = re.match(r"^http://([^/:]+):(\d+)/?$", a.upstream)
+        if not m:
+            ap.error("--upstream is http://HOST:PORT")
+        upstream = (m.group(1), int(m.group(2)))
 
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     srv.daemon_threads = True
     srv.stopping = False
-    srv.state = State(a.mode, a.token, a.log, os.path.abspath(a.root))
+    srv.state = State(a.mode, a.token, a.log, os.path.abspath(a.root), upstream)
 
     def stop(signum, frame):
         srv.stopping = True

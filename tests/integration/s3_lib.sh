@@ -25,6 +25,20 @@
 #                          kilnSECRET); sets S3_ENDPOINT and RCLONE_PID. It
 #                          ignores If-None-Match: every PUT overwrites
 #   rclone_stop            stops it; also at exit
+#   moto_start NAME BUCKET moto's S3, IAM and STS (PyPI's moto[server]) in
+#                          $T/NAME with authentication on: moto_setup.py makes
+#                          an IAM user (MOTO_AK / MOTO_SK), a role it and web
+#                          identity may assume (MOTO_ROLE) and the bucket; sets
+#                          S3_ENDPOINT and MOTO_PID
+#   moto_assume NAME       temporary credentials of the role (sts:AssumeRole):
+#                          sets SESS_AK, SESS_SK, SESS_TOKEN
+#   moto_auth_free N       the next N actions go unchecked (moto's reset-auth:
+#                          it checks even the unsigned AssumeRoleWithWebIdentity)
+#   moto_stop              stops it; also at exit
+#   fault_proxy_start NAME MODE   tests/integration/fault_server.py in front of
+#                          S3_ENDPOINT (--upstream) in mode MODE; sets
+#                          PROXY_ENDPOINT, PROXY_LOG; fault_proxy_mode MODE
+#                          switches it
 #   s3_request METHOD PATH [curl args]   a request signed as kiln; prints the status
 #   s3_mkbucket BUCKET     makes the bucket (and waits until it takes writes)
 command -v curl >/dev/null || skip "curl is not installed"
@@ -40,6 +54,8 @@ s3_find() {
 }
 WEED=$(s3_find weed IT_WEED)
 RCLONE=$(s3_find rclone IT_RCLONE)
+MOTO=$(s3_find moto_server IT_MOTO)
+S3_LIB_DIR=$(dirname "$(realpath "${BASH_SOURCE[0]}")")
 # free_ports N: N free TCP ports of 127.0.0.1
 free_ports() {
   python3 -c 'import socket, sys
@@ -116,6 +132,73 @@ rclone_start() {
   wait_for 30 "rclone's S3 port to answer" \
     bash -c "[[ \$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 $S3_ENDPOINT/) != 000 ]]" ||
     die "rclone serve s3 did not start: $(tail -5 "$d/rclone.log")"
+}
+
+MOTO_PID=
+moto_stop() {
+  [[ -n $MOTO_PID ]] || return 0
+  kill -TERM "$MOTO_PID" 2>/dev/null
+  wait "$MOTO_PID" 2>/dev/null || true
+  MOTO_PID=
+  return 0
+}
+at_exit moto_stop
+
+
+moto_start() {
+  local d=$T/$1 port
+  [[ -n $MOTO ]] || skip "no moto_server (scripts/python-env installs PyPI's moto[server] into the test venv; or set IT_MOTO)"
+  mkdir -p "$d"
+  port=$(free_ports 1)
+  INITIAL_NO_AUTH_ACTION_COUNT=5 "$MOTO" -H 127.0.0.1 -p "$port" >"$d/moto.log" 2>&1 &
+  MOTO_PID=$!
+  S3_ENDPOINT=http://127.0.0.1:$port
+  wait_for 60 "moto to answer" \
+    bash -c "[[ \$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 $S3_ENDPOINT/moto-api/) != 000 ]]" ||
+    die "moto did not start: $(tail -5 "$d/moto.log")"
+  MOTO_DIR=$d
+  timeout 60 "$(dirname "$MOTO")/python" "$S3_LIB_DIR/moto_setup.py" "$S3_ENDPOINT" setup "$d" "$2" ||
+    die "moto_setup.py failed: $(tail -5 "$d/moto.log")"
+  read -r MOTO_AK MOTO_SK <"$d/user"
+  MOTO_ROLE=$(cat "$d/role")
+}
+
+moto_assume() {
+  timeout 60 "$(dirname "$MOTO")/python" "$S3_LIB_DIR/moto_setup.py" "$S3_ENDPOINT" assume "$MOTO_DIR" "$1" ||
+    die "sts:AssumeRole at moto failed"
+  read -r SESS_AK SESS_SK SESS_TOKEN <"$MOTO_DIR/$1"
+}
+
+moto_auth_free() {
+  [[ $(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -X POST -H 'Content-Type: text/plain' --data "$1" \
+    "$S3_ENDPOINT/moto-api/reset-auth") == 200 ]] || die "moto's reset-auth failed"
+}
+
+PROXY_PID=
+fault_proxy_stop() {
+  [[ -n $PROXY_PID ]] || return 0
+  kill -TERM "$PROXY_PID" 2>/dev/null
+  wait "$PROXY_PID" 2>/dev/null || true
+  PROXY_PID=
+  return 0
+}
+at_exit fault_proxy_stop
+
+fault_proxy_start() {
+  local d=$T/$1
+  mkdir -p "$d"
+  PROXY_LOG=$d/requests.log
+  : >"$PROXY_LOG"
+  python3 "$S3_LIB_DIR/fault_server.py" --port-file "$d/port" --upstream "$S3_ENDPOINT" --mode "$2" \
+    --log "$PROXY_LOG" >"$d/proxy.out" 2>&1 &
+  PROXY_PID=$!
+  wait_for 30 "the fault proxy's port" test -s "$d/port" || die "fault_server.py did not start"
+  PROXY_ENDPOINT=http://127.0.0.1:$(cat "$d/port")
+}
+
+fault_proxy_mode() {
+  [[ $(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -X PUT --data "$1" \
+    "$PROXY_ENDPOINT/_mode") == 200 ]] || die "the fault proxy did not take mode $1"
 }
 
 s3_request() {
