@@ -76,6 +76,18 @@ kiln_status kiln_breaker_fail_all(kiln_remote_req *reqs, size_t n) {
   return kiln_fail(KILN_EREMOTE, "remote cache turned off (breaker open)");
 }
 
+void kiln_remote_then_failed(kiln_remote_req *reqs, size_t n, kiln_remote_then then, void *user) {
+  for (size_t i = 0; then && i < n; i++) {
+    kiln_remote_req *q = then(user, i);
+    if (!q) continue;
+    kiln_remote_reqs_clear(q, 1);
+    q->rc = reqs[i].rc == KILN_OK ? KILN_EREMOTE : reqs[i].rc;
+    snprintf(q->error, sizeof q->error, "%s %.100s: not sent (%.120s)",
+             kiln_remote_method_name(q->method), q->path, reqs[i].error);
+    then(user, n + i);
+  }
+}
+
 void kiln_remote_reqs_clear(kiln_remote_req *reqs, size_t n) {
   for (size_t i = 0; reqs && i < n; i++) {
     reqs[i].status = 0;

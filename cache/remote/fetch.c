@@ -1,8 +1,11 @@
 /* Fetching from the remote cache (kiln_remote_fetch, include/kiln/remote.h):
- * the records first, checked and signature-verified, then the blobs of the
- * records that passed, streamed into temp files and verified as they arrive,
- * then moved into the store, record last (docs/remote-cache.md). */
-#include <errno.h>  /* errno */
+ * each record, checked and signature-verified as it arrives, then its blob
+ * (its GET chained to the record's in the same batch, kiln_remote_run_then:
+ * no round of records before the first blob), streamed into a temp file and
+ * verified as it arrives; then the blobs moved into the store, the records
+ * last (docs/remote-cache.md). */
+#include <errno.h>   /* errno */
+#include <pthread.h> /* the adopting threads */
 #include <stdio.h>  /* snprintf */
 #include <stdlib.h> /* calloc, free, mkstemp */
 #include <string.h> /* memset, strcmp */
@@ -30,61 +33,129 @@ static void count_error(kiln_remote_stats *d, const char *url, const char *msg) 
   if (d->errors++ == 0) kiln_log(KILN_LOG_WARN, "remote cache %s: %s", url, msg);
 }
 
-/* Phase 1: the records. rec[i] is valid where items[i].status is KILN_OK. */
-static void fetch_records(kiln_cache *c, kiln_remote_item *items, size_t n, kiln_remote_req *reqs,
-                          kiln_record *recs, kiln_remote_stats *d) {
-  struct kiln_remote *r = c->remote;
-  for (size_t i = 0; i < n; i++) {
-    reqs[i].method = KILN_REMOTE_GET;
-    reqs[i].out_fd = -1;
-    reqs[i].max_bytes = KILN_REMOTE_RECORD_MAX;
-    snprintf(reqs[i].path, sizeof reqs[i].path, "ac/%.64s", items[i].key);
-  }
-  kiln_remote_run(r, reqs, n);
-  for (size_t i = 0; i < n; i++) {
-    kiln_remote_item *it = &items[i];
-    kiln_remote_req *q = &reqs[i];
-    kiln_status st;
-    d->bytes_down += q->bytes_down;
-    if (q->rc == KILN_ENOTFOUND) {
-      d->misses++;
-      item_fail(it, KILN_ENOTFOUND, "not on the remote");
-      continue;
-    }
-    if (q->rc == KILN_ECORRUPT) {
-      item_fail(it, KILN_ECORRUPT, q->error); /* e.g. larger than any record */
-    } else if (q->rc != KILN_OK) {
-      item_fail(it, q->rc, q->error);
-      count_error(d, r->url, q->error);
-      continue;
-    } else if ((st = kiln_remote_record_decode((const char *)q->data, q->len, it->key, r->key,
-                                               r->key_len, &recs[i])) != KILN_OK) {
-      char msg[256]; /* named by its path: ac/<the whole key> */
-      snprintf(msg, sizeof msg, "ac/%.64s: %s", it->key, kiln_last_error());
-      item_fail(it, st == KILN_EPERM ? KILN_EPERM : KILN_ECORRUPT, msg);
-    } else if (strcmp(recs[i].unit, it->unit) != 0 || strcmp(recs[i].target, it->target) != 0) {
-      char msg[256];
-      snprintf(msg, sizeof msg, "the record under %.12s... describes %s %s, not %s %s", it->key,
-               recs[i].unit, recs[i].target, it->unit, it->target);
-      item_fail(it, KILN_ECORRUPT, msg);
-    } else {
-      /* the record passed; OK only once its blob and record are stored */
-      item_fail(it, PENDING, "the fetch stopped before its blob was stored");
-      continue;
-    }
-    d->rejected++;
-    kiln_log(KILN_LOG_WARN, "remote cache %s: rejected the record of %s %s: %s", r->url, it->unit,
-             it->target, it->error);
-  }
-}
-
-/* Phase 2: the blobs of the records that passed, streamed into temp files
- * (verified as they arrive), then moved into the store, record last. */
+/* Phase 2's jobs: the blobs of the records that passed. */
 typedef struct blob_job {
   size_t item;
-  int req; /* index into the requests, or -1: the bytes are here already */
+  int req; /* index into the blob requests, or -1: the bytes are here already */
   char tmp[KILN_PATH_MAX];
 } blob_job;
+
+/* One fetch: the records' GETs (reqs[i] for items[i]) and the blobs' GETs
+ * chained to them (blobs[i]). */
+typedef struct fetch_run {
+  kiln_cache *c;
+  kiln_remote_item *items;
+  size_t n;
+  kiln_remote_req *reqs, *blobs;
+  kiln_record *recs; /* recs[i] valid where items[i] is PENDING or OK */
+  blob_job *jobs;
+  size_t n_jobs;
+  size_t *job_of; /* items[i]'s job */
+  kiln_status *st; /* each job's storing */
+  char (*err)[256];
+  kiln_remote_stats *d;
+  /* blobs to move into the store as they arrive: jobs' indices, for the
+   * adopting threads (their fsyncs overlap the downloads still under way) */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  size_t *queue, head, tail;
+  int closed;
+} fetch_run;
+
+/* Record i's answer, checked: the item PENDING (the record passed) or failed. */
+static void settle_record(fetch_run *F, size_t i) {
+  struct kiln_remote *r = F->c->remote;
+  kiln_remote_item *it = &F->items[i];
+  kiln_remote_req *q = &F->reqs[i];
+  kiln_record *rec = &F->recs[i];
+  kiln_remote_stats *d = F->d;
+  kiln_status st;
+  d->bytes_down += q->bytes_down;
+  if (q->rc == KILN_ENOTFOUND) {
+    d->misses++;
+    item_fail(it, KILN_ENOTFOUND, "not on the remote");
+    return;
+  }
+  if (q->rc == KILN_ECORRUPT) {
+    item_fail(it, KILN_ECORRUPT, q->error); /* e.g. larger than any record */
+  } else if (q->rc != KILN_OK) {
+    item_fail(it, q->rc, q->error);
+    count_error(d, r->url, q->error);
+    return;
+  } else if ((st = kiln_remote_record_decode((const char *)q->data, q->len, it->key, r->key,
+                                             r->key_len, rec)) != KILN_OK) {
+    char msg[256]; /* named by its path: ac/<the whole key> */
+    snprintf(msg, sizeof msg, "ac/%.64s: %s", it->key, kiln_last_error());
+    item_fail(it, st == KILN_EPERM ? KILN_EPERM : KILN_ECORRUPT, msg);
+  } else if (strcmp(rec->unit, it->unit) != 0 || strcmp(rec->target, it->target) != 0) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "the record under %.12s... describes %s %s, not %s %s", it->key,
+             rec->unit, rec->target, it->unit, it->target);
+    item_fail(it, KILN_ECORRUPT, msg);
+  } else {
+    /* the record passed; OK only once its blob and record are stored */
+    item_fail(it, PENDING, "the fetch stopped before its blob was stored");
+    return;
+  }
+  d->rejected++;
+  kiln_log(KILN_LOG_WARN, "remote cache %s: rejected the record of %s %s: %s", r->url, it->unit,
+           it->target, it->error);
+}
+
+/* Chained to record i's GET (kiln_remote_then): the record checked, then
+ * its blob's GET into a temp file, unless the bytes are here already. */
+static kiln_remote_req *blob_for(void *user, size_t i) {
+  fetch_run *F = user;
+  kiln_remote_item *it;
+  kiln_record *rec;
+  kiln_remote_req *q;
+  blob_job *j;
+  int fd;
+  if (i >= F->n) { /* blob i - n is down (or failed): to the adopting threads */
+    pthread_mutex_lock(&F->mu);
+    F->queue[F->tail++] = F->job_of[i - F->n];
+    pthread_cond_signal(&F->cv);
+    pthread_mutex_unlock(&F->mu);
+    return NULL;
+  }
+  it = &F->items[i];
+  rec = &F->recs[i];
+  q = &F->blobs[i];
+  settle_record(F, i);
+  free(F->reqs[i].data); /* the document is decoded: its bytes are not needed again */
+  F->reqs[i].data = NULL;
+  if (it->status != PENDING) return NULL;
+  rec->log_digest[0] = '\0'; /* build logs stay where they were built */
+  j = &F->jobs[F->n_jobs];
+  j->item = i;
+  j->req = -1;
+  F->job_of[i] = F->n_jobs;
+  F->st[F->n_jobs] = KILN_OK;
+  if (kiln_blob_read(F->c->primary.dir, rec->digest, rec->size, NULL, NULL) == KILN_OK) {
+    F->n_jobs++; /* the bytes are here already: no download */
+    return NULL;
+  }
+  fd = kiln_path_join(j->tmp, sizeof j->tmp, F->c->tmp_dir, "remote-XXXXXX") == KILN_OK
+           ? mkstemp(j->tmp)
+           : -1;
+  if (fd < 0) {
+    kiln_fail_errno(KILN_EIO, errno, "create a temp file in %s", F->c->tmp_dir);
+    item_fail(it, KILN_EIO, kiln_last_error());
+    kiln_log(KILN_LOG_WARN, "remote cache: %s", it->error);
+    return NULL;
+  }
+  memset(q, 0, sizeof *q);
+  q->method = KILN_REMOTE_GET;
+  q->out_fd = fd;
+  q->max_bytes = rec->size ? rec->size : 1;
+  q->expect_digest = rec->digest;
+  snprintf(q->path, sizeof q->path, "cas/%.64s", rec->digest);
+  j->req = (int)i;
+  F->st[F->n_jobs] = PENDING; /* until adopt() has stored it */
+  snprintf(F->err[F->n_jobs], sizeof F->err[0], "the fetch stopped before its blob was stored");
+  F->n_jobs++;
+  return q;
+}
 
 /* Settles one item from its download (q, NULL when the bytes were here) and
  * what storing it gave (st, with the detail in err). */
@@ -109,133 +180,119 @@ static void settle_blob(const char *url, kiln_remote_item *it, kiln_remote_req *
   }
 }
 
-typedef struct adopt_ctx {
-  kiln_cache *c;
-  blob_job *jobs;
-  kiln_remote_req *reqs;
-  kiln_record *recs;
-  kiln_status *st;
-  char (*err)[256];
-} adopt_ctx;
-
-/* On the pool: fsync, rename and fsync-dir overlap across blobs. */
-static void adopt_task(size_t k, void *user) {
-  adopt_ctx *a = user;
-  blob_job *j = &a->jobs[k];
-  kiln_remote_req *q = j->req >= 0 ? &a->reqs[j->req] : NULL;
-  a->st[k] = KILN_OK;
-  if (!q) return;
+/* Job k's blob into the store: fsync, rename, fsync of its folder (its
+ * record is stored after every blob, in one transaction). */
+static void adopt(fetch_run *F, size_t k) {
+  blob_job *j = &F->jobs[k];
+  kiln_remote_req *q = &F->blobs[j->item];
+  close(q->out_fd);
+  q->out_fd = -1;
   if (q->rc != KILN_OK) {
     unlink(j->tmp);
-    a->st[k] = q->rc;
+    F->st[k] = q->rc;
     return;
   }
-  a->st[k] = kiln_blob_adopt(a->c, a->recs[j->item].digest, j->tmp);
-  if (a->st[k] != KILN_OK) snprintf(a->err[k], sizeof a->err[k], "%s", kiln_last_error());
+  F->st[k] = kiln_blob_adopt(F->c, F->recs[j->item].digest, j->tmp);
+  if (F->st[k] != KILN_OK) snprintf(F->err[k], sizeof F->err[k], "%s", kiln_last_error());
 }
 
-/* Blobs first (in parallel), then every record in one transaction. */
-static kiln_status store_blobs(kiln_cache *c, kiln_remote_item *items, blob_job *jobs,
-                               size_t n_jobs, kiln_remote_req *reqs, kiln_record *recs,
-                               kiln_remote_stats *d) {
-  adopt_ctx a = {c, jobs, reqs, recs, NULL, NULL};
+/* An adopting thread: the queue's jobs until it is closed and empty. */
+static void adopt_worker(size_t w, void *user) {
+  fetch_run *F = user;
+  (void)w;
+  for (;;) {
+    size_t k;
+    pthread_mutex_lock(&F->mu);
+    while (F->head == F->tail && !F->closed)
+      pthread_cond_wait(&F->cv, &F->mu);
+    if (F->head == F->tail) {
+      pthread_mutex_unlock(&F->mu);
+      return;
+    }
+    k = F->queue[F->head++];
+    pthread_mutex_unlock(&F->mu);
+    adopt(F, k);
+  }
+}
+
+#define ADOPTERS 8 /* fsyncs at once */
+
+static void *adopters_main(void *user) {
+  kiln_pool_run(ADOPTERS, ADOPTERS, adopt_worker, user);
+  return NULL;
+}
+
+/* Every record whose blob was stored, in one transaction; then each item
+ * settled. */
+static void store_records(fetch_run *F) {
+  kiln_cache *c = F->c;
+  size_t n_jobs = F->n_jobs, m = 0;
   kiln_record **ins = calloc(n_jobs ? n_jobs : 1, sizeof *ins);
   kiln_status *each = calloc(n_jobs ? n_jobs : 1, sizeof *each);
-  size_t *which = calloc(n_jobs ? n_jobs : 1, sizeof *which), m = 0;
-  kiln_status rc = KILN_OK;
-  a.st = calloc(n_jobs ? n_jobs : 1, sizeof *a.st);
-  a.err = calloc(n_jobs ? n_jobs : 1, sizeof *a.err);
-  for (size_t k = 0; k < n_jobs; k++) {
-    kiln_remote_req *q = jobs[k].req >= 0 ? &reqs[jobs[k].req] : NULL;
-    if (!q) continue;
-    close(q->out_fd);
-    q->out_fd = -1;
-    d->bytes_down += q->bytes_down;
+  size_t *which = calloc(n_jobs ? n_jobs : 1, sizeof *which);
+  if (!ins || !each || !which) {
+    for (size_t k = 0; k < n_jobs; k++)
+      if (F->st[k] == KILN_OK) {
+        F->st[k] = KILN_ENOMEM; /* the blob stays: an orphan gc removes */
+        snprintf(F->err[k], sizeof F->err[k], "out of memory storing its record");
+      }
   }
-  if (!ins || !each || !which || !a.st || !a.err) {
-    rc = kiln_fail(KILN_ENOMEM, "out of memory");
-    goto drop;
-  }
-  rc = kiln_pool_run(n_jobs, 8, adopt_task, &a);
-  if (rc != KILN_OK) goto drop; /* adopted blobs without records are orphans: gc removes them */
-  for (size_t k = 0; k < n_jobs; k++) {
-    if (a.st[k] != KILN_OK) continue;
+  for (size_t k = 0; ins && each && which && k < n_jobs; k++) {
+    if (F->st[k] != KILN_OK) continue;
     which[m] = k;
-    ins[m++] = &recs[jobs[k].item];
+    ins[m++] = &F->recs[F->jobs[k].item];
   }
   if (m && kiln_records_insert(c, ins, m, each) != KILN_OK)
     kiln_log(KILN_LOG_WARN, "remote cache: storing records failed: %s", kiln_last_error());
   for (size_t i = 0; i < m; i++) {
-    a.st[which[i]] = each[i];
+    F->st[which[i]] = each[i];
     if (each[i] != KILN_OK)
-      snprintf(a.err[which[i]], sizeof a.err[which[i]], "%s",
+      snprintf(F->err[which[i]], sizeof F->err[which[i]], "%s",
                each[i] == KILN_ENOTFOUND ? "its blob disappeared before the record was stored"
                                          : kiln_last_error());
   }
   for (size_t k = 0; k < n_jobs; k++) {
-    settle_blob(c->remote->url, &items[jobs[k].item], jobs[k].req >= 0 ? &reqs[jobs[k].req] : NULL,
-                a.st[k], a.err[k], d);
-    if (a.st[k] == KILN_OK) items[jobs[k].item].record = recs[jobs[k].item];
+    blob_job *j = &F->jobs[k];
+    kiln_remote_req *q = j->req >= 0 ? &F->blobs[j->item] : NULL;
+    if (q) F->d->bytes_down += q->bytes_down;
+    settle_blob(c->remote->url, &F->items[j->item], q, F->st[k], F->err[k], F->d);
+    if (F->st[k] == KILN_OK) F->items[j->item].record = F->recs[j->item];
   }
-  goto out;
-drop: /* the items stay PENDING: not stored, not fetched */
-  for (size_t k = 0; k < n_jobs; k++)
-    if (jobs[k].req >= 0) unlink(jobs[k].tmp);
-out:
   free(ins);
   free(each);
   free(which);
-  free(a.st);
-  free(a.err);
-  return rc;
 }
 
-static kiln_status fetch_blobs(kiln_cache *c, kiln_remote_item *items, size_t n,
-                               kiln_remote_req *reqs, kiln_record *recs, kiln_remote_stats *d) {
-  blob_job *jobs = calloc(n ? n : 1, sizeof *jobs);
-  size_t n_jobs = 0;
-  int n_reqs = 0;
-  kiln_status rc;
-  if (!jobs) return kiln_fail(KILN_ENOMEM, "out of memory");
-  kiln_remote_reqs_reset(reqs, n);
-  for (size_t i = 0; i < n; i++) {
-    blob_job *j = &jobs[n_jobs];
-    kiln_remote_req *q = &reqs[n_reqs];
-    int fd;
-    if (items[i].status != PENDING) continue;
-    recs[i].log_digest[0] = '\0'; /* build logs stay where they were built */
-    j->item = i;
-    j->req = -1;
-    if (kiln_blob_read(c->primary.dir, recs[i].digest, recs[i].size, NULL, NULL) == KILN_OK) {
-      n_jobs++; /* the bytes are here already: no download */
-      continue;
-    }
-    fd = kiln_path_join(j->tmp, sizeof j->tmp, c->tmp_dir, "remote-XXXXXX") == KILN_OK
-             ? mkstemp(j->tmp)
-             : -1;
-    if (fd < 0) {
-      kiln_fail_errno(KILN_EIO, errno, "create a temp file in %s", c->tmp_dir);
-      item_fail(&items[i], KILN_EIO, kiln_last_error());
-      kiln_log(KILN_LOG_WARN, "remote cache: %s", items[i].error);
-      continue;
-    }
+/* The records' GETs, each blob's chained to its record's, each blob moved
+ * into the store as it arrives, then the records. */
+static void fetch_all(fetch_run *F) {
+  pthread_t adopters;
+  int threaded;
+  for (size_t i = 0; i < F->n; i++) {
+    kiln_remote_req *q = &F->reqs[i];
     q->method = KILN_REMOTE_GET;
-    q->out_fd = fd;
-    q->max_bytes = recs[i].size ? recs[i].size : 1;
-    q->expect_digest = recs[i].digest;
-    snprintf(q->path, sizeof q->path, "cas/%.64s", recs[i].digest);
-    j->req = n_reqs++;
-    n_jobs++;
+    q->out_fd = -1;
+    q->max_bytes = KILN_REMOTE_RECORD_MAX;
+    snprintf(q->path, sizeof q->path, "ac/%.64s", F->items[i].key);
+    F->blobs[i].out_fd = -1;
   }
-  kiln_remote_run(c->remote, reqs, (size_t)n_reqs);
-  rc = store_blobs(c, items, jobs, n_jobs, reqs, recs, d);
-  free(jobs);
-  return rc;
+  pthread_mutex_init(&F->mu, NULL);
+  pthread_cond_init(&F->cv, NULL);
+  threaded = pthread_create(&adopters, NULL, adopters_main, F) == 0;
+  kiln_remote_run_then(F->c->remote, F->reqs, F->n, blob_for, F);
+  pthread_mutex_lock(&F->mu);
+  F->closed = 1;
+  pthread_cond_broadcast(&F->cv);
+  pthread_mutex_unlock(&F->mu);
+  if (threaded) pthread_join(adopters, NULL);
+  adopt_worker(0, F); /* whatever no thread took (none could start) */
+  pthread_cond_destroy(&F->cv);
+  pthread_mutex_destroy(&F->mu);
+  store_records(F);
 }
 
 kiln_status kiln_remote_fetch(kiln_cache *c, kiln_remote_item *items, size_t n) {
-  kiln_remote_req *reqs = NULL;
-  kiln_record *recs = NULL;
+  fetch_run F;
   kiln_remote_stats d;
   struct kiln_remote *r;
   size_t got = 0, missing = 0, failed = 0;
@@ -257,14 +314,24 @@ kiln_status kiln_remote_fetch(kiln_cache *c, kiln_remote_item *items, size_t n) 
   if (!n) return KILN_OK;
   memset(&d, 0, sizeof d);
   trips = kiln_remote_breaker_trips(r);
-  reqs = calloc(n, sizeof *reqs);
-  recs = calloc(n, sizeof *recs);
-  if (!reqs || !recs) {
+  memset(&F, 0, sizeof F);
+  F.c = c;
+  F.items = items;
+  F.n = n;
+  F.d = &d;
+  F.reqs = calloc(2 * n, sizeof *F.reqs); /* the records', then the blobs' */
+  F.blobs = F.reqs ? F.reqs + n : NULL;
+  F.recs = calloc(n, sizeof *F.recs);
+  F.jobs = calloc(n, sizeof *F.jobs);
+  F.job_of = calloc(n, sizeof *F.job_of);
+  F.st = calloc(n, sizeof *F.st);
+  F.err = calloc(n, sizeof *F.err);
+  F.queue = calloc(n, sizeof *F.queue);
+  if (!F.reqs || !F.recs || !F.jobs || !F.job_of || !F.st || !F.err || !F.queue) {
     rc = kiln_fail(KILN_ENOMEM, "out of memory");
     goto out;
   }
-  fetch_records(c, items, n, reqs, recs, &d);
-  KILN_CHECK(fetch_blobs(c, items, n, reqs, recs, &d));
+  fetch_all(&F);
   for (size_t i = 0; i < n; i++) {
     if (items[i].status == KILN_OK)
       got++;
@@ -283,8 +350,13 @@ kiln_status kiln_remote_fetch(kiln_cache *c, kiln_remote_item *items, size_t n) 
 out:
   d.breaker_trips = (uint64_t)(kiln_remote_breaker_trips(r) - trips);
   kiln_remote_stats_add(c, &d);
-  if (reqs) kiln_remote_reqs_reset(reqs, n);
-  free(reqs);
-  free(recs);
+  if (F.reqs) kiln_remote_reqs_reset(F.reqs, 2 * n);
+  free(F.reqs);
+  free(F.recs);
+  free(F.jobs);
+  free(F.job_of);
+  free(F.st);
+  free(F.err);
+  free(F.queue);
   return rc;
 }

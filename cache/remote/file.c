@@ -390,12 +390,25 @@ static void one_attempt(const kiln_file_remote *f, kiln_remote_req *r, answer *a
 typedef struct run_ctx {
   kiln_file_remote *f;
   kiln_remote_req *reqs;
+  size_t n;
+  kiln_remote_then then; /* each first request's follow-up, run by the same thread */
+  void *user;
 } run_ctx;
+
+static void run_req(kiln_file_remote *f, kiln_remote_req *r);
 
 static void run_one(size_t i, void *user) {
   run_ctx *x = user;
-  kiln_file_remote *f = x->f;
-  kiln_remote_req *r = &x->reqs[i];
+  kiln_remote_req *q;
+  run_req(x->f, &x->reqs[i]);
+  if (x->then && (q = x->then(x->user, i))) {
+    kiln_remote_reqs_clear(q, 1);
+    run_req(x->f, q);
+    x->then(x->user, x->n + i);
+  }
+}
+
+static void run_req(kiln_file_remote *f, kiln_remote_req *r) {
   double t0 = kiln_clock_ms();
   long backoff = f->cfg.backoff_ms > 0 ? f->cfg.backoff_ms : 0;
   answer a;
@@ -431,12 +444,18 @@ static void run_one(size_t i, void *user) {
            r->rc == KILN_OK ? "ok" : r->error);
 }
 
-static kiln_status file_run(void *impl, kiln_remote_req *reqs, size_t n) {
+static kiln_status file_run(void *impl, kiln_remote_req *reqs, size_t n, kiln_remote_then then,
+                           void *user) {
   kiln_file_remote *f = impl;
-  run_ctx x = {f, reqs};
+  run_ctx x = {f, reqs, n, then, user};
+  kiln_status rc;
   if (!f || (!reqs && n)) return kiln_fail(KILN_EINVAL, "file remote run: NULL argument");
   kiln_remote_reqs_clear(reqs, n);
-  if (kiln_breaker_is_open(&f->breaker)) return kiln_breaker_fail_all(reqs, n);
+  if (kiln_breaker_is_open(&f->breaker)) {
+    rc = kiln_breaker_fail_all(reqs, n);
+    kiln_remote_then_failed(reqs, n, then, user);
+    return rc;
+  }
   if (!n) return KILN_OK;
   return kiln_pool_run(n, f->cfg.parallel < (int)n ? f->cfg.parallel : (int)n, run_one, &x);
 }

@@ -174,6 +174,8 @@ typedef struct xfer {
 
 typedef struct run {
   kiln_http *h;
+  kiln_remote_then then; /* each first request's follow-up, or NULL */
+  void *then_user;
   CURLM *multi;
   struct curl_slist *hdr_get, *hdr_put;
   CURL **pool; /* idle easy handles, reused so connections and TLS sessions stay warm */
@@ -442,17 +444,38 @@ static void fail_breaker(run *R, xfer *x) {
   (void)R;
 }
 
-static kiln_status run_loop(run *R, xfer *xs, size_t n) {
+/* xs[0..n) are the first requests; xs[n + i], XF_DONE with no request until
+ * first request i is done, is its follow-up (R->then), queued then; its end
+ * is told to R->then too. chained[i]: 1 asked, 2 its follow-up's end told. */
+static void chain(run *R, xfer *xs, size_t n, unsigned char *chained) {
+  for (size_t i = 0; R->then && i < n; i++) {
+    kiln_remote_req *q;
+    if (chained[i] == 1 && xs[n + i].req && xs[n + i].phase == XF_DONE) {
+      chained[i] = 2;
+      R->then(R->then_user, n + i);
+    }
+    if (xs[i].phase != XF_DONE || chained[i]) continue;
+    chained[i] = 1;
+    if (!(q = R->then(R->then_user, i))) continue;
+    kiln_remote_reqs_clear(q, 1);
+    xs[n + i].req = q;
+    xs[n + i].phase = XF_WAITING;
+  }
+}
+
+static kiln_status run_loop(run *R, xfer *xs, size_t n, unsigned char *chained) {
   kiln_status rc = KILN_OK;
-  size_t done = 0, running = 0;
-  while (done < n) {
+  size_t done = 0, running = 0, total = R->then ? 2 * n : n;
+  while (done < total) {
     uint64_t now = (uint64_t)kiln_clock_ms(), wait = 1000;
     int still = 0, left = 0;
     CURLMsg *m;
     int open = kiln_http_breaker_open(R->h);
     done = 0;
-    for (size_t i = 0; i < n; i++) {
-      xfer *x = &xs[i];
+    chain(R, xs, n, chained);
+    for (size_t k = 0; k < total; k++) {
+      /* follow-ups first: a record's blob starts before the next record */
+      xfer *x = &xs[total > n ? (k + n) % total : k];
       if (x->phase == XF_WAITING && open) fail_breaker(R, x);
       if (x->phase == XF_WAITING && running < (size_t)R->h->cfg.parallel) {
         if (x->ready_at <= now) {
@@ -469,7 +492,16 @@ static kiln_status run_loop(run *R, xfer *xs, size_t n) {
       }
       if (x->phase == XF_DONE) done++;
     }
-    if (done == n) break;
+    if (done == total) {
+      chain(R, xs, n, chained); /* what finished in the scan: follow-ups, ends told */
+      for (size_t i = n; i < total; i++)
+        if (xs[i].phase != XF_DONE) done--;
+      if (done == total) {
+        chain(R, xs, n, chained);
+        break;
+      }
+      continue;
+    }
     if (curl_multi_perform(R->multi, &still) != CURLM_OK) {
       rc = kiln_fail(KILN_EREMOTE, "curl_multi_perform failed");
       goto out;
@@ -494,23 +526,34 @@ out:
 }
 
 kiln_status kiln_http_run(kiln_http *h, kiln_remote_req *reqs, size_t n) {
+  return kiln_http_run_then(h, reqs, n, NULL, NULL);
+}
+
+kiln_status kiln_http_run_then(kiln_http *h, kiln_remote_req *reqs, size_t n,
+                               kiln_remote_then then, void *user) {
   kiln_status rc = KILN_OK;
   run R = {0};
   xfer *xs = NULL;
+  unsigned char *chained = NULL;
+  size_t total = then ? 2 * n : n;
   char auth[1100];
   if (!h || (!reqs && n)) return kiln_fail(KILN_EINVAL, "kiln_http_run: NULL argument");
   kiln_remote_reqs_clear(reqs, n);
   if (kiln_http_breaker_open(h)) {
     rc = kiln_breaker_fail_all(reqs, n);
+    kiln_remote_then_failed(reqs, n, then, user);
     goto out;
   }
   if (n == 0) goto out;
   R.h = h;
+  R.then = then;
+  R.then_user = user;
   R.seed = (unsigned)(uint64_t)kiln_clock_ms() ^ (unsigned)(uintptr_t)&R;
-  xs = calloc(n, sizeof *xs);
+  xs = calloc(total, sizeof *xs);
+  chained = calloc(n, 1);
   R.pool = calloc((size_t)h->cfg.parallel, sizeof *R.pool);
   R.multi = curl_multi_init();
-  if (!xs || !R.pool || !R.multi) {
+  if (!xs || !chained || !R.pool || !R.multi) {
     rc = kiln_fail(KILN_ENOMEM, "remote transfers");
     goto out;
   }
@@ -540,20 +583,31 @@ kiln_status kiln_http_run(kiln_http *h, kiln_remote_req *reqs, size_t n) {
     }
     R.hdr_put = t;
   }
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = 0; i < total; i++) /* follow-ups: none until their first is done */
+    xs[i].phase = i < n ? XF_WAITING : XF_DONE;
+  for (size_t i = 0; i < n; i++)
     xs[i].req = &reqs[i];
-    xs[i].phase = XF_WAITING;
-  }
-  rc = run_loop(&R, xs, n);
+  rc = run_loop(&R, xs, n, chained);
 out:
-  for (size_t i = 0; xs && i < n; i++) {
-    if (xs[i].phase != XF_DONE) {
+  for (size_t i = 0; xs && i < total; i++) {
+    kiln_remote_req *r = xs[i].req;
+    if (xs[i].phase != XF_DONE && r) {
       release_easy(&R, &xs[i]);
-      reqs[i].rc = KILN_EREMOTE;
-      snprintf(reqs[i].error, sizeof reqs[i].error, "%s %s: transfer aborted",
-               kiln_remote_method_name(reqs[i].method), reqs[i].path);
+      r->rc = KILN_EREMOTE;
+      snprintf(r->error, sizeof r->error, "%s %s: transfer aborted",
+               kiln_remote_method_name(r->method), r->path);
     }
     kiln_http_sink_free(xs[i].sink);
+  }
+  for (size_t i = 0; then && chained && i < n; i++) { /* stopped early: asked and told */
+    kiln_remote_req *q = xs[n + i].req;
+    if (!chained[i] && (q = then(user, i))) {
+      kiln_remote_reqs_clear(q, 1);
+      q->rc = KILN_EREMOTE;
+      snprintf(q->error, sizeof q->error, "%s %s: transfer aborted",
+               kiln_remote_method_name(q->method), q->path);
+    }
+    if (chained[i] != 2 && q) then(user, n + i);
   }
   for (size_t i = 0; i < R.npool; i++)
     curl_easy_cleanup(R.pool[i]);
@@ -563,11 +617,13 @@ out:
   memset(auth, 0, sizeof auth);
   free(R.pool);
   free(xs);
+  free(chained);
   return rc;
 }
 
-static kiln_status backend_run(void *impl, kiln_remote_req *reqs, size_t n) {
-  return kiln_http_run(impl, reqs, n);
+static kiln_status backend_run(void *impl, kiln_remote_req *reqs, size_t n, kiln_remote_then then,
+                               void *user) {
+  return kiln_http_run_then(impl, reqs, n, then, user);
 }
 
 static kiln_breaker *backend_breaker(void *impl) {

@@ -5,6 +5,7 @@
  * cache/remote/upload.c. */
 #include <ctype.h>  /* isspace */
 #include <errno.h>  /* errno */
+#include <pthread.h> /* a chained run's then, serialized */
 #include <stdio.h>  /* snprintf */
 #include <stdlib.h> /* calloc, free */
 #include <string.h> /* memcpy, memset, strcmp, strlen, strncmp */
@@ -189,7 +190,32 @@ out:
 }
 
 kiln_status kiln_remote_run(struct kiln_remote *r, kiln_remote_req *reqs, size_t n) {
-  return r->be->run(r->impl, reqs, n);
+  return r->be->run(r->impl, reqs, n, NULL, NULL);
+}
+
+typedef struct serial_then {
+  pthread_mutex_t mu;
+  kiln_remote_then then;
+  void *user;
+} serial_then;
+
+static kiln_remote_req *serialized(void *user, size_t i) {
+  serial_then *s = user;
+  kiln_remote_req *q;
+  pthread_mutex_lock(&s->mu);
+  q = s->then(s->user, i);
+  pthread_mutex_unlock(&s->mu);
+  return q;
+}
+
+kiln_status kiln_remote_run_then(struct kiln_remote *r, kiln_remote_req *reqs, size_t n,
+                                 kiln_remote_then then, void *user) {
+  serial_then s = {PTHREAD_MUTEX_INITIALIZER, then, user};
+  kiln_status rc;
+  if (!then) return kiln_remote_run(r, reqs, n);
+  rc = r->be->run(r->impl, reqs, n, serialized, &s);
+  pthread_mutex_destroy(&s.mu);
+  return rc;
 }
 
 int kiln_remote_breaker_open(struct kiln_remote *r) {

@@ -90,6 +90,16 @@ void kiln_remote_reqs_clear(kiln_remote_req *reqs, size_t n);
 /* "GET", "PUT", ... for messages. */
 const char *kiln_remote_method_name(kiln_remote_method m);
 
+/* A follow-up chained to each first request of a run (a fetch: a record's
+ * blob, whose digest only the record says). For a run of n first requests,
+ * then(user, i), i < n, is called once first request i's result is final
+ * (rc, data) and returns a request (the caller's memory; the backend clears
+ * its results) that runs in the same batch, or NULL; then(user, n + i) is
+ * called once that follow-up's result is final (its return value ignored).
+ * Calls are serialized (kiln_remote_run_then); a follow-up gets no
+ * follow-up. */
+typedef kiln_remote_req *(*kiln_remote_then)(void *user, size_t i);
+
 /* ---- the breaker (cache/remote/breaker.c) ----------------------------------- */
 
 /* Consecutive failed requests (after their retries) turn the remote off for
@@ -113,16 +123,22 @@ int kiln_breaker_is_open(kiln_breaker *b);
 int kiln_breaker_trips(kiln_breaker *b);
 /* Fails every request of a run that the open breaker stops; KILN_EREMOTE. */
 kiln_status kiln_breaker_fail_all(kiln_remote_req *reqs, size_t n);
+/* A run that ended before it started (the breaker, no credentials): then
+ * for each first request, already failed; a follow-up fails as it did. */
+void kiln_remote_then_failed(kiln_remote_req *reqs, size_t n, kiln_remote_then then, void *user);
 
 /* ---- backends ---------------------------------------------------------------- */
 
 /* What the remote asks of a backend. run: every request, at most
- * cfg.parallel at once, each with its retries, bounded by the timeouts;
- * KILN_OK when they ran (each has its own rc); KILN_EREMOTE, every rc EREMOTE
- * and nothing sent, when the breaker is open. */
+ * cfg.parallel at once, each with its retries, bounded by the timeouts, and
+ * with then (may be NULL) each first request's follow-up, in the same
+ * window of cfg.parallel; KILN_OK when they ran (each has its own rc);
+ * KILN_EREMOTE, every rc EREMOTE and nothing sent, when the breaker is open
+ * (then is still called for each: kiln_remote_then_failed). */
 typedef struct kiln_remote_backend {
   const char *scheme; /* "http", "file", "s3" */
-  kiln_status (*run)(void *impl, kiln_remote_req *reqs, size_t n);
+  kiln_status (*run)(void *impl, kiln_remote_req *reqs, size_t n, kiln_remote_then then,
+                     void *user);
   kiln_breaker *(*breaker)(void *impl);
   void (*free)(void *impl);
 } kiln_remote_backend;
@@ -133,6 +149,9 @@ extern const kiln_remote_backend kiln_remote_http;
 kiln_status kiln_http_new(kiln_http **out, const kiln_remote_config *cfg);
 void kiln_http_free(kiln_http *h);
 kiln_status kiln_http_run(kiln_http *h, kiln_remote_req *reqs, size_t n);
+/* kiln_http_run with each first request's follow-up (kiln_remote_then). */
+kiln_status kiln_http_run_then(kiln_http *h, kiln_remote_req *reqs, size_t n,
+                               kiln_remote_then then, void *user);
 /* 1 once the breaker has turned the remote off for this process. */
 int kiln_http_breaker_open(const kiln_http *h);
 /* Times the breaker opened (0 or 1), for the stats. */
@@ -169,6 +188,10 @@ struct kiln_remote {
 
 /* The remote's requests, through its backend (kiln_remote_backend.run). */
 kiln_status kiln_remote_run(struct kiln_remote *r, kiln_remote_req *reqs, size_t n);
+/* The same with a follow-up for each (kiln_remote_then), then's calls
+ * serialized here, whatever threads the backend runs them on. */
+kiln_status kiln_remote_run_then(struct kiln_remote *r, kiln_remote_req *reqs, size_t n,
+                                 kiln_remote_then then, void *user);
 /* 1 once the backend's breaker has turned the remote off for this process. */
 int kiln_remote_breaker_open(struct kiln_remote *r);
 /* Where the remote's credentials come from, for kiln doctor ("environment

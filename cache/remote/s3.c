@@ -467,13 +467,21 @@ static int creds_ready(kiln_s3 *s, kiln_remote_req *reqs, size_t n) {
   return ready;
 }
 
-static kiln_status backend_run(void *impl, kiln_remote_req *reqs, size_t n) {
+static kiln_status backend_run(void *impl, kiln_remote_req *reqs, size_t n, kiln_remote_then then,
+                               void *user) {
   kiln_s3 *s = impl;
   kiln_status rc;
   kiln_remote_reqs_clear(reqs, n);
-  if (kiln_breaker_is_open(kiln_http_breaker(s->http))) return kiln_breaker_fail_all(reqs, n);
-  if (!creds_ready(s, reqs, n)) return KILN_OK;
-  rc = kiln_http_run(s->http, reqs, n);
+  if (kiln_breaker_is_open(kiln_http_breaker(s->http))) {
+    rc = kiln_breaker_fail_all(reqs, n);
+    kiln_remote_then_failed(reqs, n, then, user);
+    return rc;
+  }
+  if (!creds_ready(s, reqs, n)) {
+    kiln_remote_then_failed(reqs, n, then, user);
+    return KILN_OK;
+  }
+  rc = kiln_http_run_then(s->http, reqs, n, then, user);
   if (rc == KILN_OK) explain_head_403(s, reqs, n);
   return rc;
 }

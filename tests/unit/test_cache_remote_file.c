@@ -64,7 +64,7 @@ static void req(kiln_remote_req *q, kiln_remote_method m, const char *path) {
 }
 
 static kiln_status run1(fixture *x, kiln_remote_req *q) {
-  assert_int_equal(kiln_remote_file.run(x->f, q, 1), KILN_OK);
+  assert_int_equal(kiln_remote_file.run(x->f, q, 1, NULL, NULL), KILN_OK);
   return q->rc;
 }
 
@@ -256,13 +256,13 @@ static void test_missing_root_breaker(void **state) {
   f = open_remote(gone, 3);
   for (int i = 0; i < 3; i++)
     req(&q[i], KILN_REMOTE_GET, "ac/k");
-  assert_int_equal(kiln_remote_file.run(f, q, 3), KILN_OK);
+  assert_int_equal(kiln_remote_file.run(f, q, 3, NULL, NULL), KILN_OK);
   assert_int_equal(q[0].rc, KILN_EREMOTE);
   assert_non_null(strstr(q[0].error, "does not exist"));
   assert_non_null(strstr(q[0].error, gone));
   assert_int_equal(kiln_breaker_is_open(kiln_remote_file.breaker(f)), 1);
   req(&q[0], KILN_REMOTE_GET, "ac/k");
-  assert_int_equal(kiln_remote_file.run(f, q, 1), KILN_EREMOTE);
+  assert_int_equal(kiln_remote_file.run(f, q, 1, NULL, NULL), KILN_EREMOTE);
   assert_non_null(strstr(q[0].error, "breaker open"));
   /* a PUT never makes the root */
   kiln_remote_file.free(f);
@@ -270,7 +270,7 @@ static void test_missing_root_breaker(void **state) {
   req(&q[0], KILN_REMOTE_PUT, "ac/k");
   q[0].body = "{}";
   q[0].body_len = 2;
-  assert_int_equal(kiln_remote_file.run(f, q, 1), KILN_OK);
+  assert_int_equal(kiln_remote_file.run(f, q, 1, NULL, NULL), KILN_OK);
   assert_int_equal(q[0].rc, KILN_EREMOTE);
   assert_int_not_equal(access(gone, F_OK), 0);
   kiln_remote_file.free(f);
@@ -315,13 +315,13 @@ static void test_parallel(void **state) {
     q[i].body = body[i];
     q[i].body_len = strlen(body[i]);
   }
-  assert_int_equal(kiln_remote_file.run(x->f, q, 32), KILN_OK);
+  assert_int_equal(kiln_remote_file.run(x->f, q, 32, NULL, NULL), KILN_OK);
   for (int i = 0; i < 32; i++) {
     assert_int_equal(q[i].rc, KILN_OK);
     req(&q[i], KILN_REMOTE_GET, "");
     snprintf(q[i].path, sizeof q[i].path, "cas/o%d", i);
   }
-  assert_int_equal(kiln_remote_file.run(x->f, q, 32), KILN_OK);
+  assert_int_equal(kiln_remote_file.run(x->f, q, 32, NULL, NULL), KILN_OK);
   for (int i = 0; i < 32; i++) {
     assert_int_equal(q[i].rc, KILN_OK);
     assert_string_equal((char *)q[i].data, body[i]);

@@ -414,6 +414,99 @@ static void capture(kiln_log_level level, const char *line, void *user) {
   snprintf(warn_line, sizeof warn_line, "%s", line);
 }
 
+/* A chained run: each first request's follow-up, asked for once it is done
+ * (its body read), runs in the same batch; none for a miss; with the breaker
+ * open, then is still asked once for each, and what it gives fails. */
+typedef struct chain_ctx {
+  kiln_remote_req *firsts, follow[8];
+  size_t n;
+  int calls[8], ends[8];
+  int done_when_called; /* every call found its first request's result final */
+} chain_ctx;
+
+static kiln_remote_req *chain_then(void *user, size_t i) {
+  chain_ctx *x = user;
+  kiln_remote_req *r = &x->firsts[i < x->n ? i : i - x->n];
+  if (i >= x->n) { /* a follow-up's end: its result is final */
+    x->ends[i - x->n]++;
+    if (x->follow[i - x->n].rc == KILN_OK && !x->follow[i - x->n].data) x->done_when_called = 0;
+    return NULL;
+  }
+  x->calls[i]++;
+  if (r->attempts == 0 && r->rc == KILN_OK) x->done_when_called = 0;
+  if (r->rc != KILN_OK && r->rc != KILN_EREMOTE) return NULL; /* a miss: nothing follows */
+  x->follow[i] = get_req(r->rc == KILN_OK ? (const char *)r->data : "cas/none");
+  return &x->follow[i];
+}
+
+static void test_chained_follow_ups(void **state) {
+  fixture *f = *state;
+  kiln_remote_config c;
+  kiln_http *h = NULL;
+  kiln_remote_req r[8];
+  chain_ctx x;
+  start_server(f, "ok", NULL);
+  for (int i = 0; i < 7; i++) {
+    char rec[32], blob[32], text[32];
+    snprintf(rec, sizeof rec, "ac/k%d", i);
+    snprintf(blob, sizeof blob, "cas/b%d", i);
+    snprintf(text, sizeof text, "blob %d", i);
+    put_file(f, rec, blob, NULL);
+    put_file(f, blob, text, NULL);
+  }
+  config(&c, f->port);
+  c.parallel = 3;
+  assert_int_equal(kiln_http_new(&h, &c), KILN_OK);
+  memset(&x, 0, sizeof x);
+  x.firsts = r;
+  x.n = 8;
+  x.done_when_called = 1;
+  for (int i = 0; i < 8; i++) {
+    char p[32];
+    snprintf(p, sizeof p, "ac/k%d", i); /* ac/k7 is not there */
+    r[i] = get_req(p);
+  }
+  assert_int_equal(kiln_http_run_then(h, r, 8, chain_then, &x), KILN_OK);
+  assert_true(x.done_when_called);
+  for (int i = 0; i < 7; i++) {
+    char text[32];
+    snprintf(text, sizeof text, "blob %d", i);
+    assert_int_equal(x.calls[i], 1);
+    assert_int_equal(x.ends[i], 1);
+    assert_int_equal(r[i].rc, KILN_OK);
+    assert_int_equal(x.follow[i].rc, KILN_OK);
+    assert_string_equal((const char *)x.follow[i].data, text);
+  }
+  assert_int_equal(x.calls[7], 1);
+  assert_int_equal(x.ends[7], 0);
+  assert_int_equal(r[7].rc, KILN_ENOTFOUND);
+  kiln_remote_reqs_reset(r, 8);
+  kiln_remote_reqs_reset(x.follow, 7);
+  kiln_http_free(h);
+  /* the breaker open: then once for each, its follow-up failed, nothing sent */
+  stop_server(f);
+  config(&c, dead_port(f));
+  c.retries = 0;
+  c.breaker_threshold = 1;
+  assert_int_equal(kiln_http_new(&h, &c), KILN_OK);
+  r[0] = get_req("ac/k0");
+  assert_int_equal(kiln_http_run(h, r, 1), KILN_OK);
+  assert_int_equal(kiln_http_breaker_open(h), 1);
+  memset(&x, 0, sizeof x);
+  x.firsts = r;
+  x.n = 3;
+  for (int i = 0; i < 3; i++)
+    r[i] = get_req("ac/k0");
+  assert_int_equal(kiln_http_run_then(h, r, 3, chain_then, &x), KILN_EREMOTE);
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(x.calls[i], 1);
+    assert_int_equal(x.ends[i], 1);
+    assert_int_equal(x.follow[i].rc, KILN_EREMOTE);
+    assert_non_null(strstr(x.follow[i].error, "not sent"));
+  }
+  kiln_http_free(h);
+}
+
 static void test_breaker_opens_once(void **state) {
   fixture *f = *state;
   kiln_remote_config c;
@@ -602,6 +695,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_token_sent_wrong_token_eperm, setup, teardown),
       cmocka_unit_test_setup_teardown(test_connection_refused_is_fast_eremote, setup, teardown),
       cmocka_unit_test_setup_teardown(test_breaker_opens_once, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_chained_follow_ups, setup, teardown),
       cmocka_unit_test_setup_teardown(test_64_parallel_gets, setup, teardown),
       cmocka_unit_test_setup_teardown(test_max_bytes_exceeded_is_ecorrupt, setup, teardown),
   };

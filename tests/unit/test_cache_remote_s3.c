@@ -867,7 +867,7 @@ static void get_ok_or(kiln_s3 *s, kiln_status want, const char *says) {
   r.out_fd = -1;
   r.max_bytes = 65536;
   snprintf(r.path, sizeof r.path, "ac/k");
-  assert_int_equal(kiln_remote_s3.run(s, &r, 1), KILN_OK);
+  assert_int_equal(kiln_remote_s3.run(s, &r, 1, NULL, NULL), KILN_OK);
   assert_int_equal(r.rc, want);
   if (says && !strstr(r.error, says)) fail_msg("'%s' does not say '%s'", r.error, says);
   kiln_remote_reqs_reset(&r, 1);
@@ -1096,7 +1096,7 @@ static void run_one(kiln_s3 *s, kiln_remote_method m, const char *path, kiln_rem
   r->body = "doc";
   r->body_len = m == KILN_REMOTE_PUT ? 3 : 0;
   snprintf(r->path, sizeof r->path, "%s", path);
-  assert_int_equal(kiln_remote_s3.run(s, r, 1), KILN_OK);
+  assert_int_equal(kiln_remote_s3.run(s, r, 1, NULL, NULL), KILN_OK);
   no_secret(r->error);
 }
 
