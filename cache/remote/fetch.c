@@ -6,10 +6,10 @@
  * last (docs/remote-cache.md). */
 #include <errno.h>   /* errno */
 #include <pthread.h> /* the adopting threads */
-#include <stdio.h>  /* snprintf */
-#include <stdlib.h> /* calloc, free, mkstemp */
-#include <string.h> /* memset, strcmp */
-#include <unistd.h> /* close, unlink */
+#include <stdio.h>   /* snprintf */
+#include <stdlib.h>  /* calloc, free, mkstemp */
+#include <string.h>  /* memset, strcmp */
+#include <unistd.h>  /* close, unlink */
 
 #include "cache/remote/remote.h"
 #include "cache/store.h"
@@ -50,7 +50,7 @@ typedef struct fetch_run {
   kiln_record *recs; /* recs[i] valid where items[i] is PENDING or OK */
   blob_job *jobs;
   size_t n_jobs;
-  size_t *job_of; /* items[i]'s job */
+  size_t *job_of;  /* items[i]'s job */
   kiln_status *st; /* each job's storing */
   char (*err)[256];
   kiln_remote_stats *d;

@@ -445,7 +445,7 @@ static void run_req(kiln_file_remote *f, kiln_remote_req *r) {
 }
 
 static kiln_status file_run(void *impl, kiln_remote_req *reqs, size_t n, kiln_remote_then then,
-                           void *user) {
+                            void *user) {
   kiln_file_remote *f = impl;
   run_ctx x = {f, reqs, n, then, user};
   kiln_status rc;

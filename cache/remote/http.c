@@ -529,8 +529,8 @@ kiln_status kiln_http_run(kiln_http *h, kiln_remote_req *reqs, size_t n) {
   return kiln_http_run_then(h, reqs, n, NULL, NULL);
 }
 
-kiln_status kiln_http_run_then(kiln_http *h, kiln_remote_req *reqs, size_t n,
-                               kiln_remote_then then, void *user) {
+kiln_status kiln_http_run_then(kiln_http *h, kiln_remote_req *reqs, size_t n, kiln_remote_then then,
+                               void *user) {
   kiln_status rc = KILN_OK;
   run R = {0};
   xfer *xs = NULL;

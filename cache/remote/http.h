@@ -27,8 +27,7 @@ typedef struct kiln_http_hooks {
    * to *headers (http.c sends them and frees the list after the attempt;
    * with this hook, http.c adds no headers of its own: no bearer token, no
    * "Expect:"), and any other option (CURLOPT_AWS_SIGV4...). */
-  kiln_status (*prepare)(void *user, CURL *easy, kiln_remote_req *r,
-                         struct curl_slist **headers);
+  kiln_status (*prepare)(void *user, CURL *easy, kiln_remote_req *r, struct curl_slist **headers);
   /* An answer that is not 2xx: its status, its response headers (through
    * curl_easy_header on easy) and the first bytes of its body (at most
    * KILN_HTTP_ERROR_BODY_MAX; none for a HEAD). For RETRY and FAIL, *rc and

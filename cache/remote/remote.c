@@ -3,13 +3,13 @@
  * index and the doctor's check (include/kiln/remote.h; layout and document in
  * docs/remote-cache.md). Fetch is cache/remote/fetch.c, upload
  * cache/remote/upload.c. */
-#include <ctype.h>  /* isspace */
-#include <errno.h>  /* errno */
+#include <ctype.h>   /* isspace */
+#include <errno.h>   /* errno */
 #include <pthread.h> /* a chained run's then, serialized */
-#include <stdio.h>  /* snprintf */
-#include <stdlib.h> /* calloc, free */
-#include <string.h> /* memcpy, memset, strcmp, strlen, strncmp */
-#include <unistd.h> /* access */
+#include <stdio.h>   /* snprintf */
+#include <stdlib.h>  /* calloc, free */
+#include <string.h>  /* memcpy, memset, strcmp, strlen, strncmp */
+#include <unistd.h>  /* access */
 
 #include "cache/remote/remote.h"
 #include "cache/remote/s3.h"

@@ -150,8 +150,8 @@ kiln_status kiln_http_new(kiln_http **out, const kiln_remote_config *cfg);
 void kiln_http_free(kiln_http *h);
 kiln_status kiln_http_run(kiln_http *h, kiln_remote_req *reqs, size_t n);
 /* kiln_http_run with each first request's follow-up (kiln_remote_then). */
-kiln_status kiln_http_run_then(kiln_http *h, kiln_remote_req *reqs, size_t n,
-                               kiln_remote_then then, void *user);
+kiln_status kiln_http_run_then(kiln_http *h, kiln_remote_req *reqs, size_t n, kiln_remote_then then,
+                               void *user);
 /* 1 once the breaker has turned the remote off for this process. */
 int kiln_http_breaker_open(const kiln_http *h);
 /* Times the breaker opened (0 or 1), for the stats. */

@@ -116,8 +116,7 @@ out:
   return rc;
 }
 
-kiln_status kiln_s3_prepare(kiln_s3 *s, CURL *e, kiln_remote_req *r,
-                            struct curl_slist **headers) {
+kiln_status kiln_s3_prepare(kiln_s3 *s, CURL *e, kiln_remote_req *r, struct curl_slist **headers) {
   kiln_status rc;
   pthread_mutex_lock(&s->mu);
   rc = prepare_locked(s, e, r, headers);
@@ -164,17 +163,17 @@ static kiln_http_verdict renew(kiln_s3 *s, kiln_remote_req *r, long status, cons
     warn_once(s, "the credentials have expired (%s), and reading them again failed: %s", code,
               kiln_last_error());
   } else if (same_creds(fresh, &s->cfg.creds)) {
-    snprintf(detail, cap, "HTTP %ld %s: expired, and their source has no newer ones", status,
-             code);
-    warn_once(s, "the credentials have expired (%s), and their source (%s) still has the same "
+    snprintf(detail, cap, "HTTP %ld %s: expired, and their source has no newer ones", status, code);
+    warn_once(s,
+              "the credentials have expired (%s), and their source (%s) still has the same "
               "ones: renew them there",
               code, fresh->source);
   } else {
     s->cfg.creds = *fresh;
     s->gen++;
     r->renewals++;
-    kiln_log(KILN_LOG_INFO, "remote cache %s: %s: credentials renewed from %s", s->cfg.base,
-             code, s->cfg.creds.source);
+    kiln_log(KILN_LOG_INFO, "remote cache %s: %s: credentials renewed from %s", s->cfg.base, code,
+             s->cfg.creds.source);
     snprintf(detail, cap, "HTTP %ld %s: the renewed credentials were refused too", status, code);
     v = KILN_HTTP_RETRY;
   }

@@ -33,10 +33,10 @@ typedef struct kiln_s3_creds {
   /* web identity: kiln_s3_load_creds fills these (the key pair stays empty),
    * kiln_sts_web_identity asks STS for the key pair */
   int web_identity;
-  char token_file[1024];  /* the OIDC token's file (AWS_WEB_IDENTITY_TOKEN_FILE) */
-  char role_arn[256];     /* AWS_ROLE_ARN */
-  char session_name[65];  /* AWS_ROLE_SESSION_NAME, else kiln-<unix time> */
-  char expiration[32];    /* STS's <Expiration>, "" when not from STS */
+  char token_file[1024]; /* the OIDC token's file (AWS_WEB_IDENTITY_TOKEN_FILE) */
+  char role_arn[256];    /* AWS_ROLE_ARN */
+  char session_name[65]; /* AWS_ROLE_SESSION_NAME, else kiln-<unix time> */
+  char expiration[32];   /* STS's <Expiration>, "" when not from STS */
 } kiln_s3_creds;
 
 #define KILN_S3_PREFIX_MAX 512
@@ -47,10 +47,10 @@ typedef struct kiln_s3_config {
   char endpoint[1024];             /* scheme://host[:port][/path], no trailing '/' */
   char endpoint_from[64];          /* "KILN_S3_ENDPOINT", ..., "AWS_REGION" (AWS's own) */
   char region[64];
-  char region_from[640]; /* "AWS_REGION", "file ... profile X", "default" */
-  int virtual_host;      /* KILN_S3_ADDRESSING=virtual: BUCKET.host */
-  char base[2048];       /* the URL the objects' paths ("ac/<key>") hang under */
-  char sigv4[96];        /* "aws:amz:REGION:s3" for CURLOPT_AWS_SIGV4 */
+  char region_from[640];   /* "AWS_REGION", "file ... profile X", "default" */
+  int virtual_host;        /* KILN_S3_ADDRESSING=virtual: BUCKET.host */
+  char base[2048];         /* the URL the objects' paths ("ac/<key>") hang under */
+  char sigv4[96];          /* "aws:amz:REGION:s3" for CURLOPT_AWS_SIGV4 */
   char sts_endpoint[1024]; /* web identity's STS: AWS_ENDPOINT_URL_STS, AWS_ENDPOINT_URL,
                               else https://sts.REGION.amazonaws.com */
   char sts_from[64];

@@ -213,8 +213,8 @@ static int section_is(const char *name, const char *profile, int config) {
 static kiln_status read_profile(profile_vals *v, const char *path, const char *profile,
                                 int config) {
   static const char *const unsupported[] = {"credential_process", "sso_session",
-                                             "sso_start_url",      "sso_account_id",
-                                             "source_profile",     "credential_source"};
+                                            "sso_start_url",      "sso_account_id",
+                                            "source_profile",     "credential_source"};
   uint8_t *data = NULL;
   size_t len = 0;
   int in = 0, line = 0;
@@ -349,8 +349,10 @@ static kiln_status web_identity(kiln_s3_creds *out, const profile_vals *v, const
   KILN_CHECK(take_env(out->token_file, sizeof out->token_file, file, from));
   KILN_CHECK(take_env(out->role_arn, sizeof out->role_arn, arn, "the role ARN"));
   if (strncmp(out->role_arn, "arn:", 4) != 0) {
-    rc = kiln_fail(KILN_EINVAL, "the role ARN from %s does not begin with arn: (arn:aws:iam::"
-                   "ACCOUNT:role/NAME)", where);
+    rc = kiln_fail(KILN_EINVAL,
+                   "the role ARN from %s does not begin with arn: (arn:aws:iam::"
+                   "ACCOUNT:role/NAME)",
+                   where);
     goto out;
   }
   if (name) {
@@ -367,8 +369,9 @@ static kiln_status web_identity(kiln_s3_creds *out, const profile_vals *v, const
     snprintf(out->session_name, sizeof out->session_name, "kiln-%lld", (long long)time(NULL));
   }
   out->web_identity = 1;
-  snprintf(out->source, sizeof out->source, "web identity (role %.200s from %.200s, token file %.200s)",
-           out->role_arn, where, out->token_file);
+  snprintf(out->source, sizeof out->source,
+           "web identity (role %.200s from %.200s, token file %.200s)", out->role_arn, where,
+           out->token_file);
   *got = 1;
 out:
   return rc;

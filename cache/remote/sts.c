@@ -122,7 +122,8 @@ static const char *hint(const char *code) {
            "writes?)";
   if (strcmp(code, "AccessDenied") == 0 || strcmp(code, "AccessDeniedException") == 0)
     return "the role's trust policy does not allow this token, or AWS_ROLE_ARN is wrong";
-  if (strcmp(code, "IDPCommunicationError") == 0) return "STS could not reach the identity provider";
+  if (strcmp(code, "IDPCommunicationError") == 0)
+    return "STS could not reach the identity provider";
   return "STS refused it";
 }
 
@@ -156,8 +157,8 @@ static int attempt(CURL *e, const char *url, const char *form, const kiln_remote
     snprintf(detail, cap, "%s", curl_easy_strerror(cc));
     done = 0;
   } else if (a.over) {
-    *rc = kiln_fail(KILN_EREMOTE, "STS at %.300s answered more than %d bytes", endpoint,
-                    ANSWER_MAX);
+    *rc =
+        kiln_fail(KILN_EREMOTE, "STS at %.300s answered more than %d bytes", endpoint, ANSWER_MAX);
   } else if (status == 200) {
     *rc = kiln_sts_parse(a.buf, a.len, c);
   } else {
@@ -229,8 +230,8 @@ kiln_status kiln_sts_web_identity(kiln_s3_creds *c, const char *endpoint,
     }
   }
   if (rc == KILN_OK)
-    kiln_log(KILN_LOG_DEBUG, "web identity: role %s, session %s, credentials until %s",
-             c->role_arn, c->session_name, c->expiration[0] ? c->expiration : "(not said)");
+    kiln_log(KILN_LOG_DEBUG, "web identity: role %s, session %s, credentials until %s", c->role_arn,
+             c->session_name, c->expiration[0] ? c->expiration : "(not said)");
 out:
   if (form) wipe(form, strlen(form));
   free(form);

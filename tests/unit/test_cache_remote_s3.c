@@ -73,7 +73,8 @@ static void read_request(int c, char *buf, size_t cap, size_t *len) {
 
 static void req_header(const listener *L, const char *name, char *out, size_t cap);
 
-#define S3_ERR(code) "<?xml version=\"1.0\"?><Error><Code>" code "</Code><Message>m</Message></Error>"
+#define S3_ERR(code)                                                                               \
+  "<?xml version=\"1.0\"?><Error><Code>" code "</Code><Message>m</Message></Error>"
 
 static void *listen_main(void *arg) {
   listener *L = arg;
@@ -331,8 +332,8 @@ static void new_s3(kiln_s3 **out, const char *url) {
 /* One request through libcurl as http.c makes it (the base URL, then the
  * S3 hook), with extra headers (a fixed x-amz-date: tests only), to host
  * (CURLOPT_CONNECT_TO: the listener). */
-static void send_prepared(kiln_s3 *s, listener *L, kiln_remote_req *r,
-                          const char *const *extra, int n_extra) {
+static void send_prepared(kiln_s3 *s, listener *L, kiln_remote_req *r, const char *const *extra,
+                          int n_extra) {
   CURL *e = curl_easy_init();
   struct curl_slist *h = NULL, *to = NULL;
   FILE *body = NULL;
@@ -818,8 +819,10 @@ static void test_web_identity_order(void **state) {
   assert_true(c.web_identity);
   assert_string_equal(c.token_file, "/tok");
   assert_string_equal(c.session_name, "podsession");
-  snprintf(src, sizeof src, "web identity (role arn:aws:iam::2:role/p from %s, profile pod, token "
-           "file /tok)", conf);
+  snprintf(src, sizeof src,
+           "web identity (role arn:aws:iam::2:role/p from %s, profile pod, token "
+           "file /tok)",
+           conf);
   assert_string_equal(c.source, src);
   aws_file(f, "config", "[profile pod]\nweb_identity_token_file = /tok\n");
   creds_fail("web_identity_token_file without role_arn", NULL);
@@ -849,7 +852,8 @@ static void test_sts_parse(void **state) {
       "<SessionToken>T</SessionToken></Credentials>",
       "<Credentials><AccessKeyId>A</AccessKeyId><SecretAccessKey>S&amp;</SecretAccessKey>"
       "<SessionToken>T</SessionToken></Credentials>",
-      "<AccessKeyId>A</AccessKeyId><SecretAccessKey>S</SecretAccessKey><SessionToken>T</SessionToken>",
+      "<AccessKeyId>A</AccessKeyId><SecretAccessKey>S</SecretAccessKey><SessionToken>T</"
+      "SessionToken>",
       "<Credentials><AccessKeyId>A</AccessKeyIdX><SecretAccessKey>S</SecretAccessKey>"
       "<SessionToken>T</SessionToken></Credentials>",
       ""};
@@ -901,10 +905,11 @@ static void test_web_identity_through_sts(void **state) {
   assert_memory_equal(f->L.last, "POST / ", 7);
   req_header(&f->L, "Authorization", v, sizeof v);
   assert_string_equal(v, "");
-  assert_non_null(strstr(f->L.last, "\r\n\r\nAction=AssumeRoleWithWebIdentity&Version=2011-06-15&"
-                                    "RoleArn=arn%3Aaws%3Aiam%3A%3A123456789012%3Arole%2Fkiln&"
-                                    "RoleSessionName=ci-7&WebIdentityToken=eyJOIDCtoken.payload%2Bsig"
-                                    "%2F%3D"));
+  assert_non_null(strstr(f->L.last,
+                         "\r\n\r\nAction=AssumeRoleWithWebIdentity&Version=2011-06-15&"
+                         "RoleArn=arn%3Aaws%3Aiam%3A%3A123456789012%3Arole%2Fkiln&"
+                         "RoleSessionName=ci-7&WebIdentityToken=eyJOIDCtoken.payload%2Bsig"
+                         "%2F%3D"));
   kiln_s3_free(s);
   /* STS refuses: its code and what it means; never the token */
   answer(&f->L, 400, NULL,
@@ -915,7 +920,8 @@ static void test_web_identity_through_sts(void **state) {
   cfg.connect_timeout_ms = 2000;
   cfg.timeout_ms = 5000;
   assert_int_equal(kiln_s3_new(&s, &cfg), KILN_EPERM);
-  assert_non_null(strstr(kiln_last_error(), "HTTP 400 InvalidIdentityToken: the token in the file"));
+  assert_non_null(
+      strstr(kiln_last_error(), "HTTP 400 InvalidIdentityToken: the token in the file"));
   assert_non_null(strstr(kiln_last_error(), url));
   assert_null(strstr(kiln_last_error(), "eyJOIDC"));
   /* a 5xx is retried; STS away is the remote's failure, not kiln's: every
@@ -953,12 +959,14 @@ static void test_expired_token_renewed(void **state) {
   f->listening = 1;
   snprintf(url, sizeof url, "http://127.0.0.1:%d", f->L.port);
   env("KILN_S3_ENDPOINT", url);
-  aws_file(f, "credentials",
-           "[default]\naws_access_key_id=AK1\naws_secret_access_key=SK1\naws_session_token=tok-1\n");
+  aws_file(
+      f, "credentials",
+      "[default]\naws_access_key_id=AK1\naws_secret_access_key=SK1\naws_session_token=tok-1\n");
   new_s3(&s, "s3://kiln-test");
   /* the file was rewritten by whatever renews it; the server expires tok-1 */
-  aws_file(f, "credentials",
-           "[default]\naws_access_key_id=AK2\naws_secret_access_key=SK2\naws_session_token=tok-2\n");
+  aws_file(
+      f, "credentials",
+      "[default]\naws_access_key_id=AK2\naws_secret_access_key=SK2\naws_session_token=tok-2\n");
   snprintf(f->L.expired_token, sizeof f->L.expired_token, "tok-1");
   answer(&f->L, 200, NULL, "hello");
   f->L.count = 0;
@@ -974,8 +982,9 @@ static void test_expired_token_renewed(void **state) {
   get_ok_or(s, KILN_EPERM, "HTTP 400 ExpiredToken: expired, and their source has no newer ones");
   assert_int_equal(f->L.count, 1);
   /* renewed, and the new ones refused at once too: an error, not a loop */
-  aws_file(f, "credentials",
-           "[default]\naws_access_key_id=AK3\naws_secret_access_key=SK3\naws_session_token=tok-3\n");
+  aws_file(
+      f, "credentials",
+      "[default]\naws_access_key_id=AK3\naws_secret_access_key=SK3\naws_session_token=tok-3\n");
   f->L.expired_token[0] = '\0';
   answer(&f->L, 400, NULL, S3_ERR("ExpiredToken"));
   f->L.count = 0;
