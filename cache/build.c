@@ -132,7 +132,9 @@ static void compile_task(size_t i, void *user) {
   rec->stack_bytes = a.res.stack_bytes;
   rc = kiln_cache_put(b->cache, rec, a.data, a.size, a.log, a.log_len);
   if (rc != KILN_OK) {
-    fail_item(it, rc, kiln_last_error());
+    char msg[sizeof it->error];
+    snprintf(msg, sizeof msg, "storing its record %.12s: %s", rec->key, kiln_last_error());
+    fail_item(it, rc, msg);
     goto out;
   }
   it->outcome = KILN_BUILD_BUILT;
@@ -153,14 +155,27 @@ static kiln_status settle_from_cache(build_ctx *b, size_t idx, kiln_build_outcom
                                      int *settled) {
   kiln_build_item *it = &b->s->items[idx];
   char *log = NULL;
-  kiln_status rc = kiln_cache_get(&it->record, NULL, NULL, b->cache, b->keys[idx]);
+  kiln_record want;
+  kiln_status rc;
+  /* a record must be what its key was made of: any other is dropped */
+  memset(&want, 0, sizeof want);
+  snprintf(want.unit, sizeof want.unit, "%s", it->unit->name);
+  snprintf(want.target, sizeof want.target, "%s", it->target_name);
+  snprintf(want.kind, sizeof want.kind, "%s", it->target.kind == KILN_TARGET_PTX ? "ptx" : "cubin");
+  snprintf(want.toolchain, sizeof want.toolchain, "%s", b->toolchain);
+  snprintf(want.options, sizeof want.options, "%s", b->options);
+  rc = kiln_cache_get_want(&it->record, NULL, NULL, b->cache, b->keys[idx], &want);
   *settled = 1;
   if (rc == KILN_OK) {
     it->outcome = hit;
     report(b, it);
     return KILN_OK;
   }
-  if (rc != KILN_ENOTFOUND) return rc;
+  if (rc != KILN_ENOTFOUND) { /* a blob that cannot be read (EACCES, EIO): this item fails */
+    fail_item(it, rc, kiln_last_error());
+    report(b, it);
+    return KILN_OK;
+  }
   if (kiln_cache_get_failure(&log, b->cache, b->keys[idx]) == KILN_OK) {
     char msg[512];
     snprintf(msg, sizeof msg,
@@ -325,7 +340,8 @@ static void upload_plan(build_ctx *b) {
  * the others (polling, bounded), and takes over leases whose holder died. */
 static kiln_status single_flight(build_ctx *b) {
   size_t n_pending = b->n_todo, *pending = NULL, *mine = NULL;
-  char *told = NULL; /* waiting for this item was logged */
+  char *told = NULL;     /* waiting for this item was logged */
+  char *unusable = NULL; /* its key's record cannot be served: built over it */
   double deadline = kiln_clock_ms() + (double)b->wait_ms;
   int64_t poll = 20;
   kiln_status rc = KILN_OK;
@@ -333,7 +349,8 @@ static kiln_status single_flight(build_ctx *b) {
   pending = malloc(n_pending * sizeof *pending);
   mine = malloc(n_pending * sizeof *mine);
   told = calloc(b->s->n_items, 1);
-  if (!pending || !mine || !told) {
+  unusable = calloc(b->s->n_items, 1);
+  if (!pending || !mine || !told || !unusable) {
     rc = kiln_fail(KILN_ENOMEM, "out of memory");
     goto out;
   }
@@ -348,7 +365,7 @@ static kiln_status single_flight(build_ctx *b) {
       kiln_lease_holder h;
       int settled = 0;
       rc = kiln_lease_try(b->cache, b->keys[idx], it->unit->name, it->target_name, b->stale_ms,
-                          b->opts->rebuild, &state, &h);
+                          b->opts->rebuild || unusable[idx], &state, &h);
       if (rc != KILN_OK) goto out;
       if (state == KILN_LEASE_ACQUIRED) {
         mine[n_mine++] = idx;
@@ -358,6 +375,15 @@ static kiln_status single_flight(build_ctx *b) {
       if (state == KILN_LEASE_DONE) {
         KILN_CHECK(settle_from_cache(b, idx, KILN_BUILD_SHARED, &settled));
         if (settled) continue;
+        /* The index holds a row for the key that nothing can use (and it
+         * could not be dropped, or came back): waiting for it would wait
+         * out the timeout. Its key is built again, over it. */
+        unusable[idx] = 1;
+        snprintf(it->error, sizeof it->error,
+                 "%s %s: key %.12s has a record nothing can use, which could not be dropped "
+                 "(%s); it was built again over it",
+                 it->unit->name, it->target_name, b->keys[idx], kiln_last_error());
+        kiln_log(KILN_LOG_WARN, "%s", it->error);
       } else {
         if (!told[idx])
           kiln_log(KILN_LOG_INFO,
@@ -388,6 +414,10 @@ static kiln_status single_flight(build_ctx *b) {
         kiln_build_item *it = &b->s->items[pending[i]];
         it->outcome = KILN_BUILD_FAILED;
         it->status = KILN_ETIMEDOUT;
+        if (!it->error[0]) /* never an empty reason */
+          snprintf(it->error, sizeof it->error,
+                   "gave up after %.0f s waiting for key %.12s to be built or served",
+                   b->wait_ms / 1e3, b->keys[pending[i]]);
         report(b, it);
       }
       break;
@@ -400,6 +430,7 @@ out:
   free(pending);
   free(mine);
   free(told);
+  free(unusable);
   return rc;
 }
 

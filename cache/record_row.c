@@ -1,7 +1,10 @@
 /* The records table's rows <-> kiln_record: the SELECT list, row decoding
  * and INSERT, all generated from cache/record_fields.def. */
+#include <limits.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cache/record_fields.h"
 #include "cache/sql.h"
@@ -20,6 +23,56 @@ void kiln_record_from_row(kiln_record *r, sqlite3_stmt *st, int layer) {
   int col = 0;
   KILN_RECORD_FIELDS(FROM_COLUMN, )
   r->layer = layer;
+}
+
+/* A column the record cannot hold as it is: a TEXT longer than its member
+ * (it would be cut, and the cut value would name another blob), a value of
+ * another type (sqlite keeps what it is given), or NULL in a NOT NULL
+ * column. */
+static int row_field_bad(sqlite3_stmt *st, int col, kiln_field_type type, size_t cap,
+                         const char *column, const char *decl, char *why, size_t why_cap) {
+  const int t = sqlite3_column_type(st, col);
+  const int nullable = !strstr(decl, "NOT NULL") && !strstr(decl, "PRIMARY KEY");
+  const char *names[] = {"?", "an integer", "a real", "text", "a blob", "NULL"};
+  int ok;
+  if (t == SQLITE_NULL) {
+    ok = nullable;
+  } else if (type == KILN_FIELD_TEXT) {
+    ok = t == SQLITE_TEXT && (size_t)sqlite3_column_bytes(st, col) < cap;
+    if (t == SQLITE_TEXT && !ok) {
+      snprintf(why, why_cap, "its %s is %d bytes long, more than %zu", column,
+               sqlite3_column_bytes(st, col), cap - 1);
+      return 1;
+    }
+  } else if (type == KILN_FIELD_DOUBLE) {
+    ok = t == SQLITE_FLOAT || t == SQLITE_INTEGER;
+  } else {
+    const int64_t v = sqlite3_column_int64(st, col);
+    ok = t == SQLITE_INTEGER &&
+         (type == KILN_FIELD_INT64 || v >= (type == KILN_FIELD_U64 ? 0 : INT_MIN)) &&
+         (type != KILN_FIELD_INT || v <= INT_MAX);
+    if (t == SQLITE_INTEGER && !ok) {
+      snprintf(why, why_cap, "its %s %lld is out of range", column, (long long)v);
+      return 1;
+    }
+  }
+  if (!ok)
+    snprintf(why, why_cap, "its %s is %s, not %s", column, names[t >= 1 && t <= 5 ? t : 0],
+             type == KILN_FIELD_TEXT     ? "text"
+             : type == KILN_FIELD_DOUBLE ? "a number"
+                                         : "an integer");
+  return !ok;
+}
+
+#define ROW_CHECK(field, type, column, decl, json, canon, wire)                                    \
+  if (row_field_bad(st, col++, KILN_FIELD_##type, sizeof r.field, column, decl, why, cap)) return 1;
+
+int kiln_record_row_bad(sqlite3_stmt *st, char *why, size_t cap) {
+  kiln_record r; /* for the members' sizes only */
+  int col = 0;
+  (void)r;
+  KILN_RECORD_FIELDS(ROW_CHECK, )
+  return 0;
 }
 
 #define TO_ARG_TEXT(v) SQL_TEXT(v)

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cache/entries.h" /* kiln_image_missing_entry */
 #include "cache/store.h"
 #include "common/clock.h"
 #include "common/digest.h"
@@ -37,14 +38,22 @@ out:
   return rc;
 }
 
-static kiln_status find_record(sqlite3 *db, const char *key, kiln_record *rec, int layer) {
-  static const char *sql = "SELECT " KILN_RECORD_COLUMNS " FROM records WHERE key = ?1";
+/* The record of key in db (KILN_ENOTFOUND when none), its rowid (which a
+ * replacement of the row changes), and in *bad whether the row can be held
+ * by a kiln_record as it is (why says what not). */
+static kiln_status find_record(sqlite3 *db, const char *key, kiln_record *rec, int layer,
+                               int64_t *rowid, int *bad, char *why, size_t cap) {
+  static const char *sql = "SELECT " KILN_RECORD_COLUMNS ", rowid FROM records WHERE key = ?1";
   sqlite3_stmt *st = NULL;
   kiln_status rc;
   int row = 0;
   KILN_CHECK(kiln_sql_prepare(&st, db, sql, SQL_ARGS(SQL_TEXT(key)), "look up record"));
   KILN_CHECK(kiln_sql_step(&row, st, "look up record"));
-  if (row) kiln_record_from_row(rec, st, layer);
+  if (row) {
+    kiln_record_from_row(rec, st, layer);
+    *bad = kiln_record_row_bad(st, why, cap);
+    *rowid = sqlite3_column_int64(st, sqlite3_column_count(st) - 1);
+  }
   rc = row ? KILN_OK : KILN_ENOTFOUND;
 out:
   sqlite3_finalize(st);
@@ -61,70 +70,146 @@ static void touch(kiln_cache *c, const kiln_record *rec) {
     kiln_log(KILN_LOG_DEBUG, "touch %s: %s", rec->key, kiln_last_error());
 }
 
-/* Drops the primary's record key (while it still names digest) that could
- * not be served, so the next lookup is a miss that makes progress (a
- * rebuild) instead of the same failure: every loop over a cache must move. */
-static void drop_unservable(kiln_cache *c, const char *key, const char *digest, const char *why) {
-  kiln_status rc = kiln_txn_begin(c, "drop record");
-  if (rc == KILN_OK)
-    rc = kiln_txn_end(c,
-                      kiln_sql_run(c->primary.db,
-                                   "DELETE FROM records WHERE key = ?1 AND digest = ?2",
-                                   SQL_ARGS(SQL_TEXT(key), SQL_TEXT(digest)), "drop record"),
-                      "drop record");
-  if (rc == KILN_OK)
-    kiln_log(KILN_LOG_WARN, "record %.12s cannot be served (%s): dropped; it is built again", key,
-             why);
-  else
-    kiln_log(KILN_LOG_WARN, "record %.12s cannot be served (%s), and dropping it failed: %s", key,
-             why, kiln_last_error());
+kiln_status kiln_record_drop(int *gone, kiln_cache *c, const char *key, int64_t rowid,
+                             const char *digest) {
+  kiln_status rc;
+  *gone = 0;
+  KILN_CHECK(kiln_txn_begin(c, "drop record"));
+  rc = digest ? kiln_sql_run(c->primary.db, "DELETE FROM records WHERE key = ?1 AND digest = ?2",
+                             SQL_ARGS(SQL_TEXT(key), SQL_TEXT(digest)), "drop record")
+              : kiln_sql_run(c->primary.db, "DELETE FROM records WHERE key = ?1 AND rowid = ?2",
+                             SQL_ARGS(SQL_TEXT(key), SQL_INT(rowid)), "drop record");
+  *gone = rc == KILN_OK && sqlite3_changes(c->primary.db) > 0;
+  rc = kiln_txn_end(c, rc, "drop record");
+out:
+  return rc;
 }
 
-kiln_status kiln_cache_get(kiln_record *out_rec, uint8_t **out_blob, size_t *out_size,
-                           kiln_cache *c, const char *key) {
+/* Drops the primary's row of key that could not be served — that row, by
+ * its rowid, not a good one another process has put meanwhile — so the next
+ * lookup is a miss that makes progress (a rebuild) instead of the same
+ * failure: every loop over a cache must move. */
+static void drop_unservable(kiln_cache *c, const char *key, int64_t rowid, const kiln_record *rec,
+                            const char *why) {
+  int gone = 0;
+  if (kiln_record_drop(&gone, c, key, rowid, NULL) != KILN_OK)
+    kiln_log(KILN_LOG_WARN,
+             "record %.12s (%s %s) cannot be served (%s), and dropping it failed: %s", key,
+             rec->unit, rec->target, why, kiln_last_error());
+  else if (gone)
+    kiln_log(KILN_LOG_WARN,
+             "record %.12s (%s %s) cannot be served (%s): dropped; it is built again", key,
+             rec->unit, rec->target, why);
+}
+
+/* Why rec, read for key, names nothing this caller can use: a field that
+ * is not what the key was made of (want's, when want is given and the
+ * field there is not ""), or not a SHA-256 digest. 0 when it can be tried. */
+static int record_unusable(const kiln_record *rec, const kiln_record *want, char *why, size_t cap) {
+  static const char *fields[] = {"unit", "target", "kind", "toolchain", "options"};
+  const char *got[] = {rec->unit, rec->target, rec->kind, rec->toolchain, rec->options};
+  const char *exp[] = {want ? want->unit : "", want ? want->target : "", want ? want->kind : "",
+                       want ? want->toolchain : "", want ? want->options : ""};
+  if (!kiln_is_hex64(rec->digest)) {
+    snprintf(why, cap, "its digest '%.64s' is not 64 lowercase hex digits", rec->digest);
+    return 1;
+  }
+  if (strcmp(rec->kind, "cubin") != 0 && strcmp(rec->kind, "ptx") != 0) {
+    snprintf(why, cap, "its kind '%.8s' is neither cubin nor ptx", rec->kind);
+    return 1;
+  }
+  for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++)
+    if (exp[f][0] && strcmp(got[f], exp[f]) != 0) {
+      snprintf(why, cap, "its %s '%.64s' is not the key's '%.64s'", fields[f], got[f], exp[f]);
+      return 1;
+    }
+  return 0;
+}
+
+kiln_status kiln_cache_get_want(kiln_record *out_rec, uint8_t **out_blob, size_t *out_size,
+                                kiln_cache *c, const char *key, const kiln_record *want) {
   kiln_record rec;
   kiln_status rc;
+  char why[512] = "", dropped[640] = "";
+  const kiln_unit_info *want_unit = want && want->unit[0] ? kiln_unit_find(want->unit) : NULL;
+  uint8_t *bytes = NULL;
+  size_t len = 0;
   if (!c || !key) return kiln_fail(KILN_EINVAL, "kiln_cache_get: NULL argument");
   for (size_t i = 0; i <= c->n_layers; i++) {
     kiln_layer *l = i == 0 ? &c->primary : &c->layers[i - 1];
-    rc = find_record(l->db, key, &rec, (int)i);
+    int64_t rowid = 0;
+    int bad = 0;
+    rc = find_record(l->db, key, &rec, (int)i, &rowid, &bad, why, sizeof why);
     if (rc == KILN_ENOTFOUND) continue;
     if (rc != KILN_OK && i == 0) return rc;
     if (rc != KILN_OK) {
       kiln_log(KILN_LOG_WARN, "read-only layer %s: %s; skipped", l->dir, kiln_last_error());
       continue;
     }
-    if (!kiln_is_hex64(rec.digest)) {
-      char why[160];
-      snprintf(why, sizeof why, "its digest '%.64s' is not 64 lowercase hex digits", rec.digest);
-      if (i == 0)
-        drop_unservable(c, key, rec.digest, why);
-      else
-        kiln_log(KILN_LOG_WARN, "read-only layer %s: record %.12s: %s; skipped", l->dir, key, why);
+    if (bad || record_unusable(&rec, want, why, sizeof why)) {
+      if (i == 0) {
+        drop_unservable(c, key, rowid, &rec, why);
+        snprintf(dropped, sizeof dropped, "; its record (%s %s) %s", rec.unit, rec.target, why);
+      } else {
+        kiln_log(KILN_LOG_WARN, "read-only layer %s: record %.12s (%s %s): %s; skipped", l->dir,
+                 key, rec.unit, rec.target, why);
+      }
       continue;
     }
-    rc = kiln_blob_read(l->dir, rec.digest, rec.size, out_blob, out_size);
+    rc = want_unit ? kiln_blob_read(l->dir, rec.digest, rec.size, &bytes, &len)
+                   : kiln_blob_read(l->dir, rec.digest, rec.size, out_blob, out_size);
+    if (rc == KILN_OK && want_unit) {
+      /* a valid blob of another unit is not this key's (cache/entries.h):
+       * the record goes, the blob stays for its own unit */
+      const char *missing = kiln_image_missing_entry(bytes, len, rec.kind, want_unit);
+      if (missing) {
+        snprintf(why, sizeof why, "its blob %.12s has no entry point %s: not %s's image",
+                 rec.digest, missing, want_unit->name);
+        free(bytes);
+        bytes = NULL;
+        if (i == 0) {
+          drop_unservable(c, key, rowid, &rec, why);
+          snprintf(dropped, sizeof dropped, "; its record (%s %s) %s", rec.unit, rec.target, why);
+        } else {
+          kiln_log(KILN_LOG_WARN, "read-only layer %s: record %.12s (%s %s): %s; skipped", l->dir,
+                   key, rec.unit, rec.target, why);
+        }
+        continue;
+      }
+      if (out_blob)
+        *out_blob = bytes;
+      else
+        free(bytes);
+      if (out_size) *out_size = len;
+      bytes = NULL;
+    }
     if (rc == KILN_OK) {
       if (i == 0) touch(c, &rec);
       if (out_rec) *out_rec = rec;
       return KILN_OK;
     }
+    snprintf(why, sizeof why, "%s", kiln_last_error());
     if (i == 0 && rc != KILN_ECORRUPT && rc != KILN_ENOTFOUND) {
-      return rc; /* an io error (EMFILE, EIO) says nothing about the bytes */
+      /* an io error (EMFILE, EIO, EACCES) says nothing about the bytes */
+      return kiln_fail(rc, "record %.12s (%s %s): %s", key, rec.unit, rec.target, why);
     } else if (i == 0) {
       /* Never hand bad bytes on: quarantine, drop the record, read as a miss. */
-      char why[512];
-      snprintf(why, sizeof why, "%s", rc == KILN_ENOTFOUND ? "blob missing" : kiln_last_error());
+      /* the record goes first, named (the blob may be intact while the
+       * record is not, another size, or the move may fail) */
+      drop_unservable(c, key, rowid, &rec, why);
       kiln_blob_quarantine(c, rec.digest, why, 0);
-      /* the blob may be intact while the record is not (another size), or
-       * the move may have failed: the record goes either way */
-      drop_unservable(c, key, rec.digest, why);
+      snprintf(dropped, sizeof dropped, "; its record (%s %s) %s", rec.unit, rec.target, why);
     } else {
       kiln_log(KILN_LOG_WARN, "read-only layer %s: record %.12s has a bad blob (%s); skipped",
-               l->dir, key, kiln_last_error());
+               l->dir, key, why);
     }
   }
-  return kiln_fail(KILN_ENOTFOUND, "no record for key %.12s... in any cache layer", key);
+  return kiln_fail(KILN_ENOTFOUND, "no record for key %.12s... in any cache layer%s", key, dropped);
+}
+
+kiln_status kiln_cache_get(kiln_record *out_rec, uint8_t **out_blob, size_t *out_size,
+                           kiln_cache *c, const char *key) {
+  return kiln_cache_get_want(out_rec, out_blob, out_size, c, key, NULL);
 }
 
 /* One record inside an open write transaction. */

@@ -151,8 +151,30 @@ kiln_status kiln_records_import(kiln_cache *c, kiln_record *const *recs, size_t 
  * copy rewritten by another process) stays. */
 kiln_status kiln_blob_quarantine(kiln_cache *c, const char *digest, const char *why, int force);
 
+/* kiln_cache_get for a caller that knows what the key was made of: a
+ * record whose unit, target, kind, toolchain or options is not want's (each
+ * compared when want's is not "") cannot be served, and is dropped like a
+ * record whose blob is bad; so is one whose blob lacks an entry point of
+ * want's unit (another unit's image: the blob is kept). want may be NULL
+ * (kiln_cache_get). */
+kiln_status kiln_cache_get_want(kiln_record *out_rec, uint8_t **out_blob, size_t *out_size,
+                                kiln_cache *c, const char *key, const kiln_record *want);
+
+/* Drops the primary's record of key: the row rowid (a row that may not even
+ * be read as a kiln_record), or, when digest is not NULL, the row naming
+ * digest (a record read whole). *gone = 1 when a row went: another process
+ * may have replaced it with a good one meanwhile, which stays. Only the
+ * record: its blob may serve other records (or be good for its own unit). */
+kiln_status kiln_record_drop(int *gone, kiln_cache *c, const char *key, int64_t rowid,
+                             const char *digest);
+
 /* Fills rec from a row of "SELECT " KILN_RECORD_COLUMNS (cache/record_row.c). */
 void kiln_record_from_row(kiln_record *rec, sqlite3_stmt *st, int layer);
+/* 1 when a row of "SELECT " KILN_RECORD_COLUMNS cannot be held by a
+ * kiln_record as it is (a text longer than its member, a value of another
+ * type, NULL where one is needed), with the first such column in why; else
+ * 0. Such a record names nothing kiln can use: its reader drops it. */
+int kiln_record_row_bad(sqlite3_stmt *st, char *why, size_t cap);
 /* INSERT OR REPLACE of rec's row into the records table of db, as it is. */
 kiln_status kiln_record_store_row(sqlite3 *db, const kiln_record *rec);
 /* Appends a copy of rec to the growable array *v (*n used, *cap allocated). */
