@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cache/entries.h" /* kiln_image_missing_entry */
 #include "cache/lease.h"
 #include "cache/store.h"
 #include "common/clock.h"
@@ -241,44 +242,128 @@ static void verify_blob(const char *path, const char *digest, const struct stat 
   if (rc == KILN_ECORRUPT) kiln_blob_quarantine(v->c, digest, "verify: digest mismatch", 0);
 }
 
-/* Records whose blob is missing or whose size disagrees with the blob. */
+/* A record of the primary layer as its row is, for verify. */
+typedef struct verify_row {
+  kiln_record rec;
+  int64_t rowid;
+  char why[160]; /* "" when the row can be held by a kiln_record as it is */
+} verify_row;
+
+static kiln_status list_rows(sqlite3 *db, verify_row **v, size_t *n) {
+  static const char *sql = "SELECT " KILN_RECORD_COLUMNS ", rowid FROM records ORDER BY " BY_NAME;
+  sqlite3_stmt *st = NULL;
+  size_t cap = 0;
+  kiln_status rc;
+  int row = 0;
+  KILN_CHECK(kiln_sql_prepare(&st, db, sql, NULL, 0, "list records"));
+  for (;;) {
+    verify_row r;
+    KILN_CHECK(kiln_sql_step(&row, st, "list records"));
+    if (!row) break;
+    kiln_record_from_row(&r.rec, st, 0);
+    r.rowid = sqlite3_column_int64(st, sqlite3_column_count(st) - 1);
+    if (!kiln_record_row_bad(st, r.why, sizeof r.why)) r.why[0] = '\0';
+    if (*n == cap) {
+      verify_row *nv = realloc(*v, (cap = cap ? cap * 2 : 64) * sizeof *nv);
+      if (!nv) {
+        rc = kiln_fail(KILN_ENOMEM, "out of memory");
+        goto out;
+      }
+      *v = nv;
+    }
+    (*v)[(*n)++] = r;
+  }
+out:
+  sqlite3_finalize(st);
+  return rc;
+}
+
+/* Drops the record of r (by its rowid) and reports it with why. */
+static void drop_row(verify_ctx *v, const verify_row *r, const char *why) {
+  char path[KILN_PATH_MAX], what[512];
+  int gone = 0;
+  snprintf(path, sizeof path, "record %s (%s %s)", r->rec.key, r->rec.unit, r->rec.target);
+  if (kiln_record_drop(&gone, v->c, r->rec.key, r->rowid, NULL) == KILN_OK)
+    snprintf(what, sizeof what, "%s (record dropped)", why);
+  else
+    snprintf(what, sizeof what, "%s (dropping the record failed: %s)", why, kiln_last_error());
+  add_issue(v, path, what);
+}
+
+/* A record whose blob verifies but is another unit's image (it lacks one of
+ * its unit's entry points, cache/entries.h): dropped, the blob kept (it is
+ * good for its own unit). A unit this kiln does not know is not judged. */
+static void verify_entries(verify_ctx *v, const verify_row *r) {
+  const kiln_unit_info *unit = kiln_unit_find(r->rec.unit);
+  const char *missing;
+  uint8_t *bytes = NULL;
+  size_t len = 0;
+  char why[256];
+  if (!unit ||
+      kiln_blob_read(v->c->primary.dir, r->rec.digest, r->rec.size, &bytes, &len) != KILN_OK)
+    return; /* a bad blob is the walk's to report */
+  missing = kiln_image_missing_entry(bytes, len, r->rec.kind, unit);
+  if (missing) {
+    snprintf(why, sizeof why, "its blob %.12s has no entry point %s: not %s's image", r->rec.digest,
+             missing, r->rec.unit);
+    drop_row(v, r, why);
+  }
+  free(bytes);
+}
+
+/* Records nothing can use: a row a kiln_record cannot hold, a digest that
+ * is not one, a blob missing or of another size than the record's, another
+ * unit's image. Each is reported and dropped, so the next verify is clean. */
 static void verify_records(verify_ctx *v) {
-  kiln_record *recs = NULL;
+  verify_row *rows = NULL;
   size_t n = 0;
-  if (list_layer(v->c->primary.db, 0, BY_NAME, &recs, &n, &(size_t){0}) != KILN_OK) {
+  if (list_rows(v->c->primary.db, &rows, &n) != KILN_OK) {
     v->rc = KILN_EDB;
-    free(recs);
+    free(rows);
     return;
   }
   for (size_t i = 0; i < n; i++) {
-    char path[KILN_PATH_MAX];
+    const verify_row *r = &rows[i];
+    char path[KILN_PATH_MAX], why[256];
     struct stat st;
-    int r;
-    if (kiln_is_hex64(recs[i].digest) &&
-        kiln_blob_path(path, sizeof path, v->c->primary.dir, recs[i].digest) != KILN_OK) {
+    int lr;
+    if (r->why[0]) { /* cut, of another type or NULL: it names no blob it can be trusted with */
+      drop_row(v, r, r->why);
+      continue;
+    }
+    if (!kiln_is_hex64(r->rec.digest)) {
+      /* unservable for good: every build would fail on it ("not a SHA-256 digest") */
+      drop_row(v, r, "its digest is not 64 lowercase hex digits");
+      continue;
+    }
+    if (kiln_blob_path(path, sizeof path, v->c->primary.dir, r->rec.digest) != KILN_OK) {
       /* cas/ or its fan-out is not a directory of its own: reported by the
        * walk, and nothing is moved through it */
       continue;
     }
-    if (!kiln_is_hex64(recs[i].digest)) {
-      /* unservable for good: every build would fail on it ("not a SHA-256 digest") */
-      uint64_t gone = 0;
-      snprintf(path, sizeof path, "record %s (%s %s)", recs[i].key, recs[i].unit, recs[i].target);
-      add_issue(v, path, "its digest is not 64 lowercase hex digits (record dropped)");
-      kiln_cache_rm(&gone, v->c, recs[i].key);
+    lr = lstat(path, &st); /* the blob itself, never a link's target */
+    if (lr == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == r->rec.size) {
+      verify_entries(v, r);
       continue;
     }
-    r = lstat(path, &st); /* the blob itself, never a link's target */
-    if (r == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == recs[i].size) continue;
-    add_issue(v, path,
-              r != 0 ? "record's blob is missing (record dropped)"
-              : !S_ISREG(st.st_mode)
-                  ? "blob is not a regular file (a symlink, FIFO or "
-                    "directory; quarantined)"
-                  : "blob size differs from the record (truncated; quarantined)");
-    kiln_blob_quarantine(v->c, recs[i].digest, "verify: missing, not a file or truncated", 0);
+    if (lr != 0) {
+      add_issue(v, path, "record's blob is missing (record dropped)");
+    } else if (!S_ISREG(st.st_mode)) {
+      add_issue(v, path, "blob is not a regular file (a symlink, FIFO or directory; quarantined)");
+    } else if (kiln_blob_read(v->c->primary.dir, r->rec.digest, UINT64_MAX, NULL, NULL) ==
+               KILN_OK) {
+      /* the blob is intact, the record is not: only the record goes */
+      snprintf(why, sizeof why, "its size is %llu, but its blob %.12s, intact, has %llu bytes",
+               (unsigned long long)r->rec.size, r->rec.digest, (unsigned long long)st.st_size);
+      drop_row(v, r, why);
+      continue;
+    } else {
+      add_issue(v, path, "blob size differs from the record (truncated; quarantined)");
+    }
+    kiln_blob_quarantine(v->c, r->rec.digest, "verify: missing, not a file or truncated", 0);
+    kiln_record_drop(&(int){0}, v->c, r->rec.key, r->rowid, NULL); /* whatever the move did */
   }
-  free(recs);
+  free(rows);
 }
 
 /* 6 characters mkstemp may write */
