@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/entries.h" /* kiln_image_missing_entry */
+#include "cache/store.h"   /* kiln_record_drop */
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/logging.h"
@@ -79,6 +81,25 @@ static kiln_module_attempt reject(kiln_loader *l, const kiln_unit_slot *s, const
   return KILN_MODULE_REJECTED;
 }
 
+/* A sound image of another unit (a record pointing at its blob): the
+ * record goes, not the blob, which is good for its own unit. A read-only
+ * layer's record is skipped. The next candidate is tried either way. */
+static kiln_module_attempt reject_record(kiln_loader *l, const kiln_unit_slot *s,
+                                         const kiln_record *rec, const char *err) {
+  int gone = 0;
+  if (rec->layer != 0) {
+    kiln_log(KILN_LOG_WARN, "%s %s in read-only layer %d: %s; skipped", s->unit->name, rec->target,
+             rec->layer, err);
+  } else if (kiln_record_drop(&gone, l->cache, rec->key, 0, rec->digest) != KILN_OK) {
+    kiln_log(KILN_LOG_WARN, "%s %s: record %.12s: %s; dropping it failed: %s", s->unit->name,
+             rec->target, rec->key, err, kiln_last_error());
+  } else {
+    kiln_log(KILN_LOG_WARN, "%s %s: record %.12s: %s; record dropped (the blob is kept)",
+             s->unit->name, rec->target, rec->key, err);
+  }
+  return KILN_MODULE_REJECTED;
+}
+
 /* Looks every entry point of the unit up in a freshly loaded module (the
  * context current) and keeps the handles: a record that names another
  * unit's blob loads fine but has none of them. NULL when all are there, else
@@ -133,6 +154,14 @@ kiln_module_attempt kiln_module_load(kiln_loader *l, kiln_unit_slot *s, const ki
     a = reject(l, s, &rec, err);
     goto out;
   }
+  /* the unit's entry points, from the image's own symbols, before the
+   * driver loads another unit's code (bind_entries asks the driver too) */
+  if ((missing = kiln_image_missing_entry(blob, size, rec.kind, s->unit)) != NULL) {
+    snprintf(err, err_cap, "%s (%.12s): not %s's image: it has no entry point %s", rec.target,
+             rec.digest, s->unit->name, missing);
+    a = reject_record(l, s, &rec, err);
+    goto out;
+  }
   if (kiln_ctx_enter(l, &pushed) != KILN_OK) {
     snprintf(err, err_cap, "%s", kiln_last_error());
     goto out;
@@ -146,7 +175,7 @@ kiln_module_attempt kiln_module_load(kiln_loader *l, kiln_unit_slot *s, const ki
   if (missing) {
     snprintf(err, err_cap, "%s (%.12s): not %s's image: it has no entry point %s", rec.target,
              rec.digest, s->unit->name, missing);
-    a = reject(l, s, &rec, err);
+    a = reject_record(l, s, &rec, err);
     goto out;
   }
   if (r != CUDA_SUCCESS) {

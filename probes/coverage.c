@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/entries.h" /* kiln_image_missing_entry */
 #include "cache/store.h"
 #include "common/error.h"
 #include "kiln/build.h"
@@ -43,9 +44,17 @@ static int blob_ok(kiln_cache *cache, const kiln_record *rec, int driver, int *b
   int ok, ptx = strcmp(rec->kind, "ptx") == 0;
   *bad = 0;
   if (!dir) return 0;
-  ok = kiln_blob_read(dir, rec->digest, rec->size, ptx ? &bytes : NULL, ptx ? &len : NULL) ==
-       KILN_OK;
+  ok = kiln_blob_read(dir, rec->digest, rec->size, &bytes, &len) == KILN_OK;
   *bad = !ok;
+  if (ok) { /* a valid blob of another unit (cache/entries.h) is as bad as a broken one */
+    const kiln_unit_info *unit = kiln_unit_find(rec->unit);
+    const char *missing = unit ? kiln_image_missing_entry(bytes, len, rec->kind, unit) : NULL;
+    if (missing) {
+      kiln_fail(KILN_ECORRUPT, "record %.12s: blob %.12s has no entry point %s: not %s's image",
+                rec->key, rec->digest, missing, rec->unit);
+      ok = 0, *bad = 1;
+    }
+  }
   if (ok && ptx) ok = kiln_ptx_text_isa((const char *)bytes, len) <= kiln_driver_ptx_isa(driver);
   free(bytes);
   return ok;
