@@ -52,7 +52,7 @@ static kiln_status check_shape(const char *op, kiln_loader *l, kiln_dtype dt, lo
   long long bytes = 0;
   kiln_status rc;
   KILN_CHECK(kiln_op_check_common(op, l, dt));
-  KILN_CHECK(kiln_op_need_positive(op, rows, "rows"));
+  KILN_CHECK(kiln_op_need_count(op, rows, "rows"));
   KILN_CHECK(kiln_op_need_positive(op, cols, "cols"));
   rc = kiln_op_product(op, rows, width_factor * cols, (long long)kiln_dtype_size(dt), &bytes);
 out:
@@ -71,6 +71,7 @@ static kiln_status act_fwd(const char *op, const char *unit, long long width_fac
                            int cols, struct CUstream_st *stream) {
   kiln_status rc;
   KILN_CHECK(check_shape(op, l, dt, rows, cols, width_factor));
+  if (rows == 0) goto out; /* an empty batch: nothing to do */
   KILN_CHECK(KILN_OP_NEED_PTRS(op, {"y", y}, {"x", x}));
   {
     void *args[] = {&y, &x, &bias, &rows, &cols};
@@ -85,6 +86,7 @@ static kiln_status act_bwd(const char *op, const char *unit, long long width_fac
                            long long rows, int cols, struct CUstream_st *stream) {
   kiln_status rc;
   KILN_CHECK(check_shape(op, l, dt, rows, cols, width_factor));
+  if (rows == 0) goto out; /* an empty batch: nothing to do */
   KILN_CHECK(KILN_OP_NEED_PTRS(op, {"dx", dx}, {"dy", dy}, {"x", x}));
   {
     void *args[] = {&dx, &dy, &x, &bias, &rows, &cols};

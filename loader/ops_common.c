@@ -49,6 +49,10 @@ kiln_status kiln_op_need_positive(const char *op, long long v, const char *name)
   return v >= 1 ? KILN_OK : kiln_fail(KILN_EINVAL, "%s: %s = %lld, must be >= 1", op, name, v);
 }
 
+kiln_status kiln_op_need_count(const char *op, long long v, const char *name) {
+  return v >= 0 ? KILN_OK : kiln_fail(KILN_EINVAL, "%s: %s = %lld, must be >= 0", op, name, v);
+}
+
 kiln_status kiln_op_need_finite(const char *op, float v, const char *name) {
   return isfinite(v) ? KILN_OK : kiln_fail(KILN_EINVAL, "%s: %s %g is not finite", op, name, v);
 }

@@ -32,12 +32,13 @@ static kiln_status launch(kiln_loader *l, const char *op, const char *dir, const
   return kiln_op_launch(l, op, entry, grid, block, args, stream);
 }
 
-/* rows >= 1, cols >= 1 and rows * cols * elem fits 64 bits. */
+/* rows >= 0 (0: an empty batch), cols >= 1 and rows * cols * elem fits 64
+ * bits. */
 static kiln_status check_shape(const char *op, kiln_dtype dt, long long rows, long long cols,
                                const char *cols_name) {
   kiln_status rc;
   long long n = 0;
-  KILN_CHECK(kiln_op_need_positive(op, rows, "rows"));
+  KILN_CHECK(kiln_op_need_count(op, rows, "rows"));
   KILN_CHECK(kiln_op_need_positive(op, cols, cols_name));
   rc = kiln_op_product(op, rows, cols, (long long)kiln_dtype_size(dt), &n);
 out:
@@ -71,10 +72,11 @@ kiln_status kiln_cross_entropy_fwd(kiln_loader *l, kiln_dtype dt, float *loss, f
   CUdeviceptr e = 0;
   kiln_status rc;
   KILN_CHECK(kiln_op_check_common(op, l, dt));
-  KILN_CHECK(
-      KILN_OP_NEED_PTRS(op, {"loss", loss}, {"lse", lse}, {"logits", logits}, {"target", target}));
   KILN_CHECK(check_shape(op, dt, rows, vocab_size, "vocab_size"));
   KILN_CHECK(check_flags(op, flags));
+  if (rows == 0) goto out; /* an empty batch: nothing to do */
+  KILN_CHECK(
+      KILN_OP_NEED_PTRS(op, {"loss", loss}, {"lse", lse}, {"logits", logits}, {"target", target}));
   KILN_CHECK(kiln_op_error_block(l, &e));
   {
     void *args[] = {&loss, &lse, &logits, &target, &rows, &vocab_size, &ignore_index, &e};
@@ -94,8 +96,6 @@ kiln_status kiln_cross_entropy_stats(kiln_loader *l, kiln_dtype dt, float *row_m
   CUdeviceptr e = 0;
   kiln_status rc;
   KILN_CHECK(kiln_op_check_common(op, l, dt));
-  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"row_max", row_max}, {"sumexp", sumexp}, {"tgt", tgt},
-                               {"logits", logits}, {"target", target}));
   KILN_CHECK(check_shape(op, dt, rows, vocab_part, "vocab_part"));
   KILN_CHECK(kiln_op_need_positive(op, vocab_size, "vocab_size"));
   if (vocab_start < 0 || vocab_start > vocab_size - vocab_part) {
@@ -106,6 +106,9 @@ kiln_status kiln_cross_entropy_stats(kiln_loader *l, kiln_dtype dt, float *row_m
     goto out;
   }
   KILN_CHECK(check_flags(op, flags));
+  if (rows == 0) goto out; /* an empty batch: nothing to do */
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"row_max", row_max}, {"sumexp", sumexp}, {"tgt", tgt},
+                               {"logits", logits}, {"target", target}));
   KILN_CHECK(kiln_op_error_block(l, &e));
   {
     void *args[] = {&row_max,    &sumexp,      &tgt,        &logits,       &target, &rows,
@@ -124,8 +127,9 @@ kiln_status kiln_cross_entropy_rescale(kiln_loader *l, float *sumexp, const floa
   static const char op[] = "kiln_cross_entropy_rescale";
   kiln_status rc;
   KILN_CHECK(kiln_op_check_common(op, l, KILN_F32));
-  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"sumexp", sumexp}, {"row_max", row_max}, {"gmax", gmax}));
   KILN_CHECK(check_shape(op, KILN_F32, rows, 1, "columns"));
+  if (rows == 0) goto out; /* an empty batch: nothing to do */
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"sumexp", sumexp}, {"row_max", row_max}, {"gmax", gmax}));
   {
     void *args[] = {&sumexp, &row_max, &gmax, &rows};
     rc = launch(l, op, "rescale", "f32", vec_grid(rows), CE_VTHREADS, args, stream);
@@ -141,9 +145,10 @@ kiln_status kiln_cross_entropy_loss(kiln_loader *l, float *loss, float *lse, con
   static const char op[] = "kiln_cross_entropy_loss";
   kiln_status rc;
   KILN_CHECK(kiln_op_check_common(op, l, KILN_F32));
+  KILN_CHECK(check_shape(op, KILN_F32, rows, 1, "columns"));
+  if (rows == 0) goto out; /* an empty batch: nothing to do */
   KILN_CHECK(KILN_OP_NEED_PTRS(op, {"loss", loss}, {"lse", lse}, {"gmax", gmax}, {"sumexp", sumexp},
                                {"tgt", tgt}, {"target", target}));
-  KILN_CHECK(check_shape(op, KILN_F32, rows, 1, "columns"));
   {
     void *args[] = {&loss, &lse, &gmax, &sumexp, &tgt, &target, &rows, &ignore_index};
     rc = launch(l, op, "loss", "f32", vec_grid(rows), CE_VTHREADS, args, stream);
@@ -159,8 +164,6 @@ kiln_status kiln_cross_entropy_bwd(kiln_loader *l, kiln_dtype dt, void *logits, 
   static const char op[] = "kiln_cross_entropy_bwd";
   kiln_status rc;
   KILN_CHECK(kiln_op_check_common(op, l, dt));
-  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"logits", logits}, {"lse", lse}, {"dloss", dloss},
-                               {"target", target}));
   KILN_CHECK(check_shape(op, dt, rows, vocab_part, "vocab_part"));
   if (vocab_start < 0 || vocab_start > LLONG_MAX - vocab_part) {
     rc = kiln_fail(KILN_EINVAL,
@@ -169,6 +172,9 @@ kiln_status kiln_cross_entropy_bwd(kiln_loader *l, kiln_dtype dt, void *logits, 
                    op, vocab_start, vocab_part);
     goto out;
   }
+  if (rows == 0) goto out; /* an empty batch: nothing to do */
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"logits", logits}, {"lse", lse}, {"dloss", dloss},
+                               {"target", target}));
   {
     void *args[] = {&logits, &lse,        &dloss,       &target,
                     &rows,   &vocab_part, &vocab_start, &ignore_index};

@@ -26,22 +26,25 @@ static unsigned keep_threshold(float p) {
   return (unsigned)ceil((double)p * 16777216.0);
 }
 
-/* Checks of the shape and the dropout arguments, after the pointers';
- * *n = rows * cols. */
+/* Checks of the shape and the dropout arguments, before the pointers' (an
+ * empty batch needs none); *n = rows * cols. */
 static kiln_status check_shape(const char *op, kiln_dtype dt, long long rows, int cols, float p,
                                int training, long long *n) {
   long long bytes = 0;
   kiln_status rc;
-  KILN_CHECK(kiln_op_need_positive(op, rows, "rows"));
+  KILN_CHECK(kiln_op_need_count(op, rows, "rows"));
   KILN_CHECK(kiln_op_need_positive(op, cols, "cols"));
   KILN_CHECK(kiln_op_product(op, rows, cols, kiln_dtype_size(dt), &bytes));
   *n = rows * (long long)cols;
-  if (!(p >= 0.f && p < 1.f)) {
-    rc = kiln_fail(KILN_EINVAL, "%s: p = %g is outside [0, 1)", op, (double)p);
+  if (training != 0 && training != 1) {
+    rc = kiln_fail(KILN_EINVAL, "%s: training = %d, must be 0 or 1", op, training);
     goto out;
   }
-  if (training != 0 && training != 1)
-    rc = kiln_fail(KILN_EINVAL, "%s: training = %d, must be 0 or 1", op, training);
+  /* eval (training = 0) is the identity for any p, 1 included; training
+   * with p = 1 would scale by 1 / (1 - p) */
+  if (training ? !(p >= 0.f && p < 1.f) : !(p >= 0.f && p <= 1.f))
+    rc = kiln_fail(KILN_EINVAL, "%s: p = %g is outside [0, %s", op, (double)p,
+                   training ? "1) when training" : "1]");
 out:
   return rc;
 }
@@ -80,8 +83,9 @@ kiln_status kiln_bias_dropout_add_fwd(kiln_loader *l, kiln_dtype dt, void *y, co
   int vec;
   kiln_status rc;
   KILN_CHECK(kiln_op_check_common(op, l, dt));
-  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"y", y}, {"x", x}, {"residual", residual}));
   KILN_CHECK(check_shape(op, dt, rows, cols, p, training, &n));
+  if (n == 0) goto out; /* an empty batch: nothing to do */
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"y", y}, {"x", x}, {"residual", residual}));
   threshold = training ? keep_threshold(p) : 0u;
   scale = threshold ? (float)(1.0 / (1.0 - (double)p)) : 1.f;
   /* the kernel's own test for its vector path (bias_dropout_add.cu) */
@@ -106,8 +110,9 @@ kiln_status kiln_bias_dropout_add_bwd(kiln_loader *l, kiln_dtype dt, void *dx, c
   unsigned long long seed_arg = seed, offset_arg = offset;
   kiln_status rc;
   KILN_CHECK(kiln_op_check_common(op, l, dt));
-  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"dx", dx}, {"dy", dy}));
   KILN_CHECK(check_shape(op, dt, rows, cols, p, training, &n));
+  if (n == 0) goto out; /* an empty batch: nothing to do */
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"dx", dx}, {"dy", dy}));
   threshold = training ? keep_threshold(p) : 0u;
   scale = threshold ? (float)(1.0 / (1.0 - (double)p)) : 1.f;
   {

@@ -73,7 +73,7 @@ static kiln_status check_rows(const char *op, long long n_tokens, int hidden, lo
                               long long vocab_end, unsigned out_bytes, unsigned w_bytes) {
   kiln_status rc;
   long long prod;
-  KILN_CHECK(kiln_op_need_positive(op, n_tokens, "n_tokens"));
+  KILN_CHECK(kiln_op_need_count(op, n_tokens, "n_tokens"));
   KILN_CHECK(kiln_op_need_positive(op, hidden, "hidden"));
   if (vocab_start < 0 || vocab_end <= vocab_start) {
     rc = kiln_fail(KILN_EINVAL,
@@ -98,7 +98,6 @@ kiln_status kiln_embedding_fwd(kiln_loader *l, kiln_dtype dt, void *y, const int
   CUdeviceptr err = 0;
   kiln_status rc;
   KILN_CHECK(kiln_op_check_common(op, l, dt));
-  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"y", y}, {"ids", ids}, {"weight", weight}));
   KILN_CHECK(kiln_op_need_positive(op, vocab_size, "vocab_size"));
   KILN_CHECK(check_rows(op, n_tokens, hidden, vocab_start, vocab_end, kiln_dtype_size(dt),
                         kiln_dtype_size(dt)));
@@ -112,6 +111,8 @@ kiln_status kiln_embedding_fwd(kiln_loader *l, kiln_dtype dt, void *y, const int
                    flags & ~KILN_OPS_SYNC_CHECK);
     goto out;
   }
+  if (n_tokens == 0) goto out; /* an empty batch: nothing to do */
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"y", y}, {"ids", ids}, {"weight", weight}));
   KILN_CHECK(kiln_op_error_block(l, &err));
   {
     CUdeviceptr e = err;
@@ -198,12 +199,13 @@ kiln_status kiln_embedding_bwd(kiln_loader *l, kiln_dtype dt, float *dweight, co
   emb_ws w;
   kiln_status rc;
   KILN_CHECK(kiln_op_check_common(op, l, dt));
-  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"dweight", dweight}, {"dy", dy}, {"ids", ids}));
   KILN_CHECK(check_rows(op, n_tokens, hidden, vocab_start, vocab_end, kiln_dtype_size(dt), 4));
   if (deterministic != 0 && deterministic != 1) {
     rc = kiln_fail(KILN_EINVAL, "%s: deterministic = %d, must be 0 or 1", op, deterministic);
     goto out;
   }
+  if (n_tokens == 0) goto out; /* no token adds to dweight: nothing to do */
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"dweight", dweight}, {"dy", dy}, {"ids", ids}));
   if (!deterministic) {
     void *args[] = {&dweight, &dy, &ids, &n_tokens, &hidden, &vocab_start, &vocab_end};
     snprintf(entry, sizeof entry, "kiln_embedding_bwd_%s_atomic", kiln_dtype_str(dt));

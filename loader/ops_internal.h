@@ -25,7 +25,13 @@ kiln_status kiln_op_need_ptrs(const char *op, const kiln_op_ptr *ptrs, size_t n)
 #define KILN_OP_NEED_PTRS(op, ...)                                                                 \
   kiln_op_need_ptrs(op, (const kiln_op_ptr[]){__VA_ARGS__},                                        \
                     sizeof((const kiln_op_ptr[]){__VA_ARGS__}) / sizeof(kiln_op_ptr))
+/* A row width (cols, hidden, sk, d, a vocabulary): >= 1. */
 kiln_status kiln_op_need_positive(const char *op, long long v, const char *name);
+/* A batch count (rows, tokens, b, heads, sq, s, h): >= 0. A launcher whose
+ * batch is empty checks its other arguments as always, then returns KILN_OK
+ * without reading its tensor pointers (NULL is fine) or launching anything
+ * (include/kiln/ops.h, "Empty batches"). */
+kiln_status kiln_op_need_count(const char *op, long long v, const char *name);
 kiln_status kiln_op_need_finite(const char *op, float v, const char *name);
 /* *out = a * b * c, or an error naming the op when it overflows 64 bits. */
 kiln_status kiln_op_product(const char *op, long long a, long long b, long long c, long long *out);

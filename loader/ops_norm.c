@@ -60,7 +60,7 @@ static kiln_status check_shape(const char *op, kiln_loader *l, kiln_dtype dt, ki
   kiln_status rc;
   KILN_CHECK(kiln_op_check_common(op, l, dt));
   KILN_CHECK(kiln_op_check_wdtype(op, dt, wdt));
-  KILN_CHECK(kiln_op_need_positive(op, rows, "rows"));
+  KILN_CHECK(kiln_op_need_count(op, rows, "rows"));
   KILN_CHECK(kiln_op_need_positive(op, cols, "cols"));
   if (cols > NORM_MAX_COLS) {
     rc = kiln_fail(KILN_EINVAL, "%s: cols = %d is more than the %d a row may have", op, cols,
@@ -140,8 +140,9 @@ static kiln_status norm_bwd(kiln_loader *l, const char *op, const char *unit, in
   const unsigned long long w = (unsigned)bwdw_width(cols);
   const unsigned long long tiles = ((unsigned long long)cols + w - 1) / w;
   entry_name(entry, sizeof entry, unit, "bwd", dt, wdt, r);
-  KILN_CHECK(kiln_op_launch(l, op, entry, (unsigned long long)parts,
-                            r ? NORM_BWD_R_THREADS : NORM_THREADS, args, stream));
+  if (parts > 0) /* rows = 0: no partials; bwdw sums none, writing zeros */
+    KILN_CHECK(kiln_op_launch(l, op, entry, (unsigned long long)parts,
+                              r ? NORM_BWD_R_THREADS : NORM_THREADS, args, stream));
   snprintf(entry, sizeof entry, "kiln_%s_bwdw_%s_g", unit, kiln_dtype_str(wdt));
   rc = kiln_op_launch(l, op, entry, tiles < NORM_MAX_GRID ? tiles : NORM_MAX_GRID, NORM_THREADS,
                       wargs, stream);
@@ -155,8 +156,9 @@ kiln_status kiln_layer_norm_fwd(kiln_loader *l, kiln_dtype dt, kiln_dtype wdt, v
   static const char op[] = "kiln_layer_norm_fwd";
   kiln_status rc;
   KILN_CHECK(check_shape(op, l, dt, wdt, rows, cols));
-  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"y", y}, {"x", x}, {"gamma", gamma}, {"beta", beta}));
   KILN_CHECK(check_eps(op, eps));
+  if (rows == 0) goto out; /* an empty batch: nothing to do */
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"y", y}, {"x", x}, {"gamma", gamma}, {"beta", beta}));
   rc = norm_fwd(l, op, "layer_norm", dt, wdt, y, mean, rstd, x, gamma, beta, rows, cols, eps,
                 stream);
 out:
@@ -171,10 +173,13 @@ kiln_status kiln_layer_norm_bwd(kiln_loader *l, kiln_dtype dt, kiln_dtype wdt, v
   static const char op[] = "kiln_layer_norm_bwd";
   kiln_status rc;
   KILN_CHECK(check_shape(op, l, dt, wdt, rows, cols));
-  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"dx", dx}, {"dgamma", dgamma}, {"dbeta", dbeta}, {"dy", dy},
-                               {"x", x}, {"mean", mean}, {"rstd", rstd}, {"gamma", gamma}));
-  KILN_CHECK(check_workspace(op, workspace, workspace_bytes,
-                             kiln_layer_norm_bwd_workspace_size(rows, cols)));
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"dgamma", dgamma}, {"dbeta", dbeta}));
+  if (rows > 0) { /* rows = 0: dgamma, dbeta are zeros (a sum over no rows), nothing else */
+    KILN_CHECK(KILN_OP_NEED_PTRS(op, {"dx", dx}, {"dy", dy}, {"x", x}, {"mean", mean},
+                                 {"rstd", rstd}, {"gamma", gamma}));
+    KILN_CHECK(check_workspace(op, workspace, workspace_bytes,
+                               kiln_layer_norm_bwd_workspace_size(rows, cols)));
+  }
   rc = norm_bwd(l, op, "layer_norm", 1, dt, wdt, dx, dgamma, dbeta, dy, x, mean, rstd, gamma, rows,
                 cols, workspace, stream);
 out:
@@ -187,8 +192,9 @@ kiln_status kiln_rms_norm_fwd(kiln_loader *l, kiln_dtype dt, kiln_dtype wdt, voi
   static const char op[] = "kiln_rms_norm_fwd";
   kiln_status rc;
   KILN_CHECK(check_shape(op, l, dt, wdt, rows, cols));
-  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"y", y}, {"x", x}, {"gamma", gamma}));
   KILN_CHECK(check_eps(op, eps));
+  if (rows == 0) goto out; /* an empty batch: nothing to do */
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"y", y}, {"x", x}, {"gamma", gamma}));
   rc = norm_fwd(l, op, "rms_norm", dt, wdt, y, NULL, rstd, x, gamma, NULL, rows, cols, eps, stream);
 out:
   return rc;
@@ -201,10 +207,13 @@ kiln_status kiln_rms_norm_bwd(kiln_loader *l, kiln_dtype dt, kiln_dtype wdt, voi
   static const char op[] = "kiln_rms_norm_bwd";
   kiln_status rc;
   KILN_CHECK(check_shape(op, l, dt, wdt, rows, cols));
-  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"dx", dx}, {"dgamma", dgamma}, {"dy", dy}, {"x", x},
-                               {"rstd", rstd}, {"gamma", gamma}));
-  KILN_CHECK(check_workspace(op, workspace, workspace_bytes,
-                             kiln_rms_norm_bwd_workspace_size(rows, cols)));
+  KILN_CHECK(kiln_op_need_ptr(op, dgamma, "dgamma"));
+  if (rows > 0) { /* rows = 0: dgamma is zeros (a sum over no rows), nothing else */
+    KILN_CHECK(
+        KILN_OP_NEED_PTRS(op, {"dx", dx}, {"dy", dy}, {"x", x}, {"rstd", rstd}, {"gamma", gamma}));
+    KILN_CHECK(check_workspace(op, workspace, workspace_bytes,
+                               kiln_rms_norm_bwd_workspace_size(rows, cols)));
+  }
   rc = norm_bwd(l, op, "rms_norm", 0, dt, wdt, dx, dgamma, NULL, dy, x, NULL, rstd, gamma, rows,
                 cols, workspace, stream);
 out:

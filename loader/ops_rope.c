@@ -29,12 +29,9 @@ static kiln_status check(const char *op, kiln_loader *l, kiln_dtype dt, kiln_rop
                    (int)style);
     goto out;
   }
-  KILN_CHECK(kiln_op_need_ptr(op, out, out_name));
-  KILN_CHECK(kiln_op_need_ptr(op, in, in_name));
-  KILN_CHECK(kiln_op_need_ptr(op, angles, "angles"));
-  KILN_CHECK(kiln_op_need_positive(op, s, "s"));
-  KILN_CHECK(kiln_op_need_positive(op, b, "b"));
-  KILN_CHECK(kiln_op_need_positive(op, h, "h"));
+  KILN_CHECK(kiln_op_need_count(op, s, "s"));
+  KILN_CHECK(kiln_op_need_count(op, b, "b"));
+  KILN_CHECK(kiln_op_need_count(op, h, "h"));
   KILN_CHECK(kiln_op_need_positive(op, d, "d"));
   if (rot_dim < 2 || rot_dim > d || rot_dim % 2) {
     rc =
@@ -42,6 +39,10 @@ static kiln_status check(const char *op, kiln_loader *l, kiln_dtype dt, kiln_rop
     goto out;
   }
   KILN_CHECK(kiln_op_product(op, s, b, h, &n));
+  if (n == 0) goto out; /* an empty batch: no pointer is read */
+  KILN_CHECK(kiln_op_need_ptr(op, out, out_name));
+  KILN_CHECK(kiln_op_need_ptr(op, in, in_name));
+  KILN_CHECK(kiln_op_need_ptr(op, angles, "angles"));
   KILN_CHECK(kiln_op_product(op, n, d, kiln_dtype_size(dt), &n));
 out:
   return rc;
@@ -89,7 +90,8 @@ kiln_status kiln_rope_fwd(kiln_loader *l, kiln_dtype dt, kiln_rope_layout layout
   static const char op[] = "kiln_rope_fwd";
   kiln_status rc;
   KILN_CHECK(check(op, l, dt, layout, style, y, "y", x, "x", angles, s, b, h, d, rot_dim));
-  rc = launch(l, op, 0, dt, layout, style, y, x, angles, s, b, h, d, rot_dim, stream);
+  if ((long long)s * b * h > 0) /* else an empty batch: nothing to do */
+    rc = launch(l, op, 0, dt, layout, style, y, x, angles, s, b, h, d, rot_dim, stream);
 out:
   return rc;
 }
@@ -100,7 +102,8 @@ kiln_status kiln_rope_bwd(kiln_loader *l, kiln_dtype dt, kiln_rope_layout layout
   static const char op[] = "kiln_rope_bwd";
   kiln_status rc;
   KILN_CHECK(check(op, l, dt, layout, style, dx, "dx", dy, "dy", angles, s, b, h, d, rot_dim));
-  rc = launch(l, op, 1, dt, layout, style, dx, dy, angles, s, b, h, d, rot_dim, stream);
+  if ((long long)s * b * h > 0) /* else an empty batch: nothing to do */
+    rc = launch(l, op, 1, dt, layout, style, dx, dy, angles, s, b, h, d, rot_dim, stream);
 out:
   return rc;
 }

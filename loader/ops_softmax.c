@@ -60,9 +60,10 @@ kiln_status kiln_scaled_softmax_fwd(kiln_loader *l, kiln_dtype dt, void *y, cons
   static const char op[] = "kiln_scaled_softmax_fwd";
   kiln_status rc;
   KILN_CHECK(check_common(op, l, dt, scale));
-  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"y", y}, {"x", x}));
-  KILN_CHECK(kiln_op_need_positive(op, rows, "rows"));
+  KILN_CHECK(kiln_op_need_count(op, rows, "rows"));
   KILN_CHECK(kiln_op_need_positive(op, cols, "cols"));
+  if (rows == 0) goto out; /* an empty batch: nothing to do */
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"y", y}, {"x", x}));
   rc = fwd(l, op, "scaled_softmax", dt, y, x, NULL, scale, rows, cols, 1, 1, 1, stream);
 out:
   return rc;
@@ -74,9 +75,10 @@ kiln_status kiln_scaled_softmax_bwd(kiln_loader *l, kiln_dtype dt, void *dx, con
   static const char op[] = "kiln_scaled_softmax_bwd";
   kiln_status rc;
   KILN_CHECK(check_common(op, l, dt, scale));
-  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"dx", dx}, {"y", y}, {"dy", dy}));
-  KILN_CHECK(kiln_op_need_positive(op, rows, "rows"));
+  KILN_CHECK(kiln_op_need_count(op, rows, "rows"));
   KILN_CHECK(kiln_op_need_positive(op, cols, "cols"));
+  if (rows == 0) goto out; /* an empty batch: nothing to do */
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"dx", dx}, {"y", y}, {"dy", dy}));
   rc = bwd(l, op, "scaled_softmax", dt, dx, y, dy, scale, rows, cols, 1, stream);
 out:
   return rc;
@@ -84,9 +86,9 @@ out:
 
 static kiln_status check_bhs(const char *op, int b, int heads, int sq, int sk, long long *rows) {
   kiln_status rc;
-  KILN_CHECK(kiln_op_need_positive(op, b, "b"));
-  KILN_CHECK(kiln_op_need_positive(op, heads, "heads"));
-  KILN_CHECK(kiln_op_need_positive(op, sq, "sq"));
+  KILN_CHECK(kiln_op_need_count(op, b, "b"));
+  KILN_CHECK(kiln_op_need_count(op, heads, "heads"));
+  KILN_CHECK(kiln_op_need_count(op, sq, "sq"));
   KILN_CHECK(kiln_op_need_positive(op, sk, "sk"));
   rc = kiln_op_product(op, b, heads, sq, rows);
 out:
@@ -101,7 +103,6 @@ kiln_status kiln_scaled_masked_softmax_fwd(kiln_loader *l, kiln_dtype dt, void *
   long long rows = 0;
   kiln_status rc;
   KILN_CHECK(check_common(op, l, dt, scale));
-  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"y", y}, {"x", x}, {"mask", mask}));
   KILN_CHECK(check_bhs(op, b, heads, sq, sk, &rows));
   if (mask_batches != 1 && mask_batches != b) {
     rc = kiln_fail(KILN_EINVAL,
@@ -110,6 +111,8 @@ kiln_status kiln_scaled_masked_softmax_fwd(kiln_loader *l, kiln_dtype dt, void *
                    op, mask_batches, sq, sk, b, heads, sq, sk, b);
     goto out;
   }
+  if (rows == 0) goto out; /* an empty batch: nothing to do */
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"y", y}, {"x", x}, {"mask", mask}));
   rc = fwd(l, op, "scaled_masked_softmax", dt, y, x, mask, scale, rows, sk, sq, heads, mask_batches,
            stream);
 out:
@@ -123,8 +126,9 @@ kiln_status kiln_scaled_masked_softmax_bwd(kiln_loader *l, kiln_dtype dt, void *
   long long rows = 0;
   kiln_status rc;
   KILN_CHECK(check_common(op, l, dt, scale));
-  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"dx", dx}, {"y", y}, {"dy", dy}));
   KILN_CHECK(check_bhs(op, b, heads, sq, sk, &rows));
+  if (rows == 0) goto out; /* an empty batch: nothing to do */
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"dx", dx}, {"y", y}, {"dy", dy}));
   rc = bwd(l, op, "scaled_masked_softmax", dt, dx, y, dy, scale, rows, sk, sq, stream);
 out:
   return rc;
@@ -138,11 +142,12 @@ kiln_status kiln_scaled_upper_triang_masked_softmax_fwd(kiln_loader *l, kiln_dty
   long long rows = 0;
   kiln_status rc;
   KILN_CHECK(check_common(op, l, dt, scale));
-  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"y", y}, {"x", x}));
-  KILN_CHECK(kiln_op_need_positive(op, attn_batches, "attn_batches"));
-  KILN_CHECK(kiln_op_need_positive(op, sq, "sq"));
+  KILN_CHECK(kiln_op_need_count(op, attn_batches, "attn_batches"));
+  KILN_CHECK(kiln_op_need_count(op, sq, "sq"));
   KILN_CHECK(kiln_op_need_positive(op, sk, "sk"));
   KILN_CHECK(kiln_op_product(op, attn_batches, sq, 1, &rows));
+  if (rows == 0) goto out; /* an empty batch: nothing to do */
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"y", y}, {"x", x}));
   rc = fwd(l, op, "scaled_upper_triang_masked_softmax", dt, y, x, NULL, scale, rows, sk, sq, 1, 1,
            stream);
 out:
@@ -157,11 +162,12 @@ kiln_status kiln_scaled_upper_triang_masked_softmax_bwd(kiln_loader *l, kiln_dty
   long long rows = 0;
   kiln_status rc;
   KILN_CHECK(check_common(op, l, dt, scale));
-  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"dx", dx}, {"y", y}, {"dy", dy}));
-  KILN_CHECK(kiln_op_need_positive(op, attn_batches, "attn_batches"));
-  KILN_CHECK(kiln_op_need_positive(op, sq, "sq"));
+  KILN_CHECK(kiln_op_need_count(op, attn_batches, "attn_batches"));
+  KILN_CHECK(kiln_op_need_count(op, sq, "sq"));
   KILN_CHECK(kiln_op_need_positive(op, sk, "sk"));
   KILN_CHECK(kiln_op_product(op, attn_batches, sq, 1, &rows));
+  if (rows == 0) goto out; /* an empty batch: nothing to do */
+  KILN_CHECK(KILN_OP_NEED_PTRS(op, {"dx", dx}, {"y", y}, {"dy", dy}));
   rc = bwd(l, op, "scaled_upper_triang_masked_softmax", dt, dx, y, dy, scale, rows, sk, sq, stream);
 out:
   return rc;

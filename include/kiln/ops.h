@@ -7,7 +7,13 @@
  * asynchronously on the stream. Tensors are contiguous and row-major, and all
  * share the dtype; semantics in docs/kernels.md. A NULL stream is the
  * legacy default stream. Launches run in the loader's context (pushed for the
- * call when another one is current). */
+ * call when another one is current).
+ *
+ * Empty batches: a batch count (rows, n_tokens, attn_batches, b, heads, sq,
+ * rope's s, b, h) may be 0, a row width (cols, sk, hidden, vocab, d) must be
+ * >= 1. With an empty batch the other arguments are checked, then KILN_OK
+ * with nothing resolved, read or launched (tensor pointers may be NULL),
+ * except the norms' backward, which writes dgamma/dbeta zeros (docs/api.md). */
 #ifndef KILN_OPS_H
 #define KILN_OPS_H
 
@@ -178,10 +184,10 @@ KILN_API kiln_status kiln_bias_swiglu_bwd(kiln_loader *l, kiln_dtype dt, void *d
  * fma(x + bias, 1 / (1 - p), residual) in fp32; dropped ones are exactly
  * residual (x is not used: an inf or NaN there does not propagate).
  * training = 0, or p = 0, is the exact identity y = (x + bias) + residual in
- * fp32, rounded once. 0 <= p < 1, training 0 or 1, else KILN_EINVAL. y may
- * be x or residual. The backward regenerates the mask: dx = dy * keep / (1 -
- * p), +0 where dropped; dx may be dy (dresidual is dy itself; dbias the
- * column sum of dx). docs/kernels/dropout.md. */
+ * fp32, rounded once. 0 <= p < 1 (p = 1 too when training = 0), training 0 or 1, else KILN_EINVAL.
+ * y may be x or residual. The backward regenerates the mask: dx = dy * keep / (1 - p), +0 where
+ * dropped; dx may be dy (dresidual is dy itself; dbias the column sum of dx).
+ * docs/kernels/dropout.md. */
 KILN_API kiln_status kiln_bias_dropout_add_fwd(kiln_loader *l, kiln_dtype dt, void *y,
                                                const void *x, const void *bias,
                                                const void *residual, long long rows, int cols,

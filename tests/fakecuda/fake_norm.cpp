@@ -65,13 +65,14 @@ bool plan(const entry &e, void *const *p, launch_plan *out, std::string *why) {
   };
   if (s.dir == kBwdw) {
     const int parts = param<int>(p, 4), cols = param<int>(p, 5);
-    if (parts < 1 || cols < 1)
-      return fail(why, "parts %lld, cols %lld: each must be >= 1", parts, cols);
+    /* parts = 0: the backward of no rows, whose dgamma (dbeta) are zeros */
+    if (parts < 0 || cols < 1)
+      return fail(why, "parts %lld, cols %lld: want parts >= 0, cols >= 1", parts, cols);
     add("dgamma", 0, (unsigned long long)cols * s.w_bytes, s.w_bytes, true, false);
     if (s.ln) add("dbeta", 1, (unsigned long long)cols * s.w_bytes, s.w_bytes, true, false);
     const unsigned long long ws = (unsigned long long)parts * cols * 4;
-    add("ws_g", 2, ws, 4, false, false);
-    if (s.ln) add("ws_b", 3, ws, 4, false, false);
+    if (ws) add("ws_g", 2, ws, 4, false, false);
+    if (ws && s.ln) add("ws_b", 3, ws, 4, false, false);
     out->out = 0;
     out->out_dtype = s.dtype;
     return true;
