@@ -63,9 +63,53 @@ def cases():
     ]
 
 
+def layout_cases():
+    """Inputs that are not contiguous: transposed, sliced, expanded. The real
+    op copies them and returns a contiguous tensor; the fake impl must give
+    the same strides (torch.compile raises "incorrect fake kernel" else)."""
+    so = torch.tensor([1234, 8], dtype=torch.int64)
+    x = torch.randn(4, 16)
+    w = torch.rand(16) + 0.5
+    rstd = x.var(-1, unbiased=False).add(1e-5).rsqrt()
+    lse = torch.logsumexp(torch.randn(4, 20), -1)
+    tgt = torch.tensor([1, 5, -100, 7])
+    t = lambda *s: torch.randn(*s).t().requires_grad_()  # noqa: E731
+    return [
+        ("softmax_t", ops.scaled_softmax, (t(16, 3), 0.5)),
+        ("softmax_bwd_t", ops.scaled_softmax_backward, (torch.randn(16, 3).t(), torch.softmax(torch.randn(3, 16), -1), 0.5)),
+        ("masked_softmax_perm", ops.scaled_masked_softmax, (torch.randn(2, 3, 2, 8).transpose(1, 2), torch.zeros(1, 1, 3, 8, dtype=torch.bool), 0.5)),
+        ("causal_sliced", ops.scaled_upper_triang_masked_softmax, (torch.randn(2, 4, 8)[..., :4], 0.5)),
+        ("layer_norm_t", ops.layer_norm, (torch.randn(16, 4).transpose(0, 1).requires_grad_(), w, w - 1, 1e-5)),
+        ("layer_norm_expanded", ops.layer_norm, (torch.randn(1, 16).expand(4, 16), w, w - 1, 1e-5)),
+        ("rms_norm_bwd_t", ops.rms_norm_backward, (torch.randn(16, 4).t(), x, rstd, w)),
+        ("embedding_t", ops.embedding, (torch.randint(0, 30, (3, 2)).t(), torch.randn(8, 30).t(), 0, 30, False)),
+        ("bias_gelu_sliced", ops.bias_gelu, (torch.randn(3, 32)[:, ::2].requires_grad_(), torch.randn(32)[::2])),
+        ("bias_swiglu_t", ops.bias_swiglu, (t(16, 3), None)),
+        ("bias_dropout_add_expanded", ops.bias_dropout_add, (t(16, 4), None, torch.randn(16).expand(4, 16), 0.25, True, so)),
+        ("rope_perm", ops.rope, (torch.randn(2, 4, 2, 8).transpose(0, 1), torch.rand(4, 3), "sbhd", False)),
+        ("cross_entropy_t", ops.cross_entropy, (t(20, 4), tgt, -100, False)),
+        ("cross_entropy_bwd_t", ops.cross_entropy_backward, (torch.randn(20, 4).t(), lse, torch.rand(4), tgt, 0, -100)),
+    ]
+
+
 @pytest.mark.parametrize("op,args", cases(), ids=lambda v: str(v) if not isinstance(v, tuple) else "")
 def test_opcheck(op, args):
     torch.library.opcheck(op, args)
+
+
+@pytest.mark.parametrize("name,op,args", layout_cases(), ids=lambda v: v if isinstance(v, str) else "")
+def test_opcheck_non_contiguous_inputs(name, op, args):
+    torch.library.opcheck(op, args, test_utils=("test_faketensor", "test_aot_dispatch_dynamic"))
+
+
+def test_compile_transposed_inputs():
+    # "incorrect fake kernel" before: the fake impl kept x's strides
+    x = torch.randn(16, 3)
+    w, b = torch.ones(3), torch.zeros(3)
+    f = torch.compile(lambda t: kt.scaled_softmax(t.t()), fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(f(x), F.softmax(x.t(), -1))
+    g = torch.compile(lambda t: kt.layer_norm(t.transpose(0, 1), w, b), fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(g(x.t().contiguous()), F.layer_norm(x, (3,), w, b), rtol=1e-5, atol=1e-5)
 
 
 def test_opcheck_seed_draw():

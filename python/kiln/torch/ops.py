@@ -8,8 +8,14 @@ calls the op's ``*_backward`` custom op. The public functions at the bottom
 
 Inputs: float32, float16 or bfloat16 (weights may be float32 with 16-bit
 activations where the C API says so); token ids and targets int64. Inputs
-are made contiguous (a copy) where the op only reads them. Launch failures
-raise the KilnError subclass of kiln's status with kiln's message.
+of any layout (transposed, sliced, expanded) are made contiguous (a copy)
+where the op only reads them; outputs are always new contiguous tensors, in
+the real and the fake impls alike. Every tensor argument is checked against
+the others (dtype, shape, device) before any launch: KilnInvalidArgument.
+An empty batch gives empty outputs (and zero weight gradients) with no
+launch. Launch failures raise the KilnError subclass of kiln's status with
+kiln's message. Double backward: docs/python.md says, per op, whether it is
+computed or refused (KilnUnsupported).
 """
 
 from __future__ import annotations
@@ -74,6 +80,52 @@ def _c_opt(t: Tensor | None) -> Tensor | None:
     return _c(t) if t is not None else None
 
 
+def _new(shape, dtype: torch.dtype, like: Tensor) -> Tensor:  # type: ignore[no-untyped-def]
+    """A new contiguous tensor on like's device: what every op returns, in
+    its real and its fake impl (empty_like would keep like's strides)."""
+    return torch.empty(shape, dtype=dtype, device=like.device)
+
+
+def _match(op: str, ref_name: str, ref: Tensor, **others: Tensor) -> None:
+    """Each of others has ref's dtype, shape and device (a gradient and the
+    tensor it is the gradient of)."""
+    for name, t in others.items():
+        if t.dtype != ref.dtype or t.shape != ref.shape or t.device != ref.device:
+            raise _bad(
+                f"kiln.torch.{op}: {name} is {t.dtype} {tuple(t.shape)} on {t.device}, {ref_name} "
+                f"{ref.dtype} {tuple(ref.shape)} on {ref.device}; they must match"
+            )
+
+
+def _f32(op: str, name: str, t: Tensor, shape: tuple[int, ...], like: Tensor) -> None:
+    """t is float32 of shape on like's device (saved statistics, per-row losses)."""
+    if t.dtype != torch.float32 or tuple(t.shape) != tuple(shape) or t.device != like.device:
+        raise _bad(
+            f"kiln.torch.{op}: {name} is {t.dtype} {tuple(t.shape)} on {t.device}; want float32 "
+            f"{tuple(shape)} on {like.device}"
+        )
+
+
+def _no_double_backward(op: str):  # type: ignore[no-untyped-def]
+    """The autograd formula of a *_backward op whose own derivative kiln does
+    not give: a gradient of the gradient raises instead of being zeros."""
+
+    def backward(ctx, *grads):  # type: ignore[no-untyped-def]
+        raise KilnUnsupported(
+            f"kiln.torch.{op}: double backward (the gradient of its gradient, create_graph=True) "
+            "is not supported; use torch's own op where higher-order gradients are needed "
+            "(docs/python.md)",
+            status="KILN_EUNSUPPORTED",
+            code=-12,
+        )
+
+    return backward
+
+
+def _no_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
+    pass
+
+
 def _same_dtype(op: str, x: Tensor, **others: Tensor | None) -> None:
     for name, t in others.items():
         if t is not None and t.dtype != x.dtype:
@@ -133,20 +185,25 @@ def check_data(device: torch.device | str | int | None = None) -> None:
 
 @_Op
 def _scaled_softmax(x: Tensor, scale: float) -> Tensor:
-    x = _c(x)
     rows, cols = _rows_cols("scaled_softmax", x)
-    y = torch.empty_like(x)
     dt = rt.dtype_code(x, "x")
+    x = _c(x)
+    y = _new(x.shape, x.dtype, x)
+    if rows == 0:
+        return y
     _run("scaled_softmax", x, "kiln_scaled_softmax_fwd", dt, y.data_ptr(), x.data_ptr(), rows, cols, scale)
     return y
 
 
 @_Op
 def _scaled_softmax_backward(dy: Tensor, y: Tensor, scale: float) -> Tensor:
-    dy, y = _c(dy), _c(y)
-    rows, cols = _rows_cols("scaled_softmax", y)
-    dx = torch.empty_like(y)
+    rows, cols = _rows_cols("scaled_softmax_backward", y)
+    _match("scaled_softmax_backward", "y", y, dy=dy)
     dt = rt.dtype_code(y, "y")
+    dy, y = _c(dy), _c(y)
+    dx = _new(y.shape, y.dtype, y)
+    if rows == 0:
+        return dx
     _run("scaled_softmax", y, "kiln_scaled_softmax_bwd", dt, dx.data_ptr(), y.data_ptr(), dy.data_ptr(), rows, cols, scale)
     return dx
 
@@ -174,9 +231,13 @@ def _scaled_masked_softmax(x: Tensor, mask: Tensor, scale: float) -> Tensor:
         )
     if mask.device != x.device:
         raise _bad(f"kiln.torch.scaled_masked_softmax: mask is on {mask.device}, x on {x.device}")
-    x, m = _c(x), _mask_u8(mask)
-    y = torch.empty_like(x)
+    if sk == 0:
+        raise _bad(f"kiln.torch.scaled_masked_softmax: x {tuple(x.shape)} has sk = 0 keys")
     dt = rt.dtype_code(x, "x")
+    x, m = _c(x), _mask_u8(mask)
+    y = _new(x.shape, x.dtype, x)
+    if y.numel() == 0:
+        return y
     _run(
         "scaled_masked_softmax", x, "kiln_scaled_masked_softmax_fwd",
         dt, y.data_ptr(), x.data_ptr(), m.data_ptr(), b, heads, sq, sk, m.shape[0], scale,
@@ -186,10 +247,15 @@ def _scaled_masked_softmax(x: Tensor, mask: Tensor, scale: float) -> Tensor:
 
 @_Op
 def _scaled_masked_softmax_backward(dy: Tensor, y: Tensor, scale: float) -> Tensor:
-    dy, y = _c(dy), _c(y)
+    if y.dim() != 4 or y.shape[-1] == 0:
+        raise _bad(f"kiln.torch.scaled_masked_softmax_backward: want y [b, heads, sq, sk >= 1]; got {tuple(y.shape)}")
+    _match("scaled_masked_softmax_backward", "y", y, dy=dy)
     b, heads, sq, sk = y.shape
-    dx = torch.empty_like(y)
     dt = rt.dtype_code(y, "y")
+    dy, y = _c(dy), _c(y)
+    dx = _new(y.shape, y.dtype, y)
+    if dx.numel() == 0:
+        return dx
     _run(
         "scaled_masked_softmax", y, "kiln_scaled_masked_softmax_bwd",
         dt, dx.data_ptr(), y.data_ptr(), dy.data_ptr(), b, heads, sq, sk, scale,
@@ -204,10 +270,14 @@ def _scaled_upper_triang_masked_softmax(x: Tensor, scale: float) -> Tensor:
             "kiln.torch.scaled_upper_triang_masked_softmax: want x [attn_batches, sq, sk]; "
             f"got {tuple(x.shape)}"
         )
-    x = _c(x)
     ab, sq, sk = x.shape
-    y = torch.empty_like(x)
+    if sk == 0:
+        raise _bad(f"kiln.torch.scaled_upper_triang_masked_softmax: x {tuple(x.shape)} has sk = 0 keys")
     dt = rt.dtype_code(x, "x")
+    x = _c(x)
+    y = _new(x.shape, x.dtype, x)
+    if y.numel() == 0:
+        return y
     _run(
         "scaled_upper_triang_masked_softmax", x, "kiln_scaled_upper_triang_masked_softmax_fwd",
         dt, y.data_ptr(), x.data_ptr(), ab, sq, sk, scale,
@@ -217,10 +287,18 @@ def _scaled_upper_triang_masked_softmax(x: Tensor, scale: float) -> Tensor:
 
 @_Op
 def _scaled_upper_triang_masked_softmax_backward(dy: Tensor, y: Tensor, scale: float) -> Tensor:
-    dy, y = _c(dy), _c(y)
+    if y.dim() != 3 or y.shape[-1] == 0:
+        raise _bad(
+            "kiln.torch.scaled_upper_triang_masked_softmax_backward: want y [attn_batches, sq, sk >= 1]; "
+            f"got {tuple(y.shape)}"
+        )
+    _match("scaled_upper_triang_masked_softmax_backward", "y", y, dy=dy)
     ab, sq, sk = y.shape
-    dx = torch.empty_like(y)
     dt = rt.dtype_code(y, "y")
+    dy, y = _c(dy), _c(y)
+    dx = _new(y.shape, y.dtype, y)
+    if dx.numel() == 0:
+        return dx
     _run(
         "scaled_upper_triang_masked_softmax", y, "kiln_scaled_upper_triang_masked_softmax_bwd",
         dt, dx.data_ptr(), y.data_ptr(), dy.data_ptr(), ab, sq, sk, scale,
@@ -229,9 +307,34 @@ def _scaled_upper_triang_masked_softmax_backward(dy: Tensor, y: Tensor, scale: f
 
 
 for _op in (_scaled_softmax, _scaled_masked_softmax, _scaled_upper_triang_masked_softmax):
-    _op.register_fake(lambda x, *a: torch.empty_like(x))
+    _op.register_fake(lambda x, *a: _new(x.shape, x.dtype, x))
 for _op in (_scaled_softmax_backward, _scaled_masked_softmax_backward, _scaled_upper_triang_masked_softmax_backward):
-    _op.register_fake(lambda dy, y, scale: torch.empty_like(y))
+    _op.register_fake(lambda dy, y, scale: _new(y.shape, y.dtype, y))
+
+
+def _softmax_bwd_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
+    dy, y, scale = inputs
+    ctx.save_for_backward(dy, y)
+    ctx.scale = scale
+
+
+def _softmax_bwd_grad(ctx, g):  # type: ignore[no-untyped-def]
+    """The softmax backward's own derivative (double backward), in torch ops:
+    dx = scale * y * (dy - sum(y * dy)), so for a gradient g of dx,
+    d dy = scale * y * (g - sum(g * y)) and
+    d y = scale * (g * (dy - sum(y * dy)) - dy * sum(g * y)); float32 math.
+    A masked position has y = 0, which the forward's own backward keeps."""
+    dy, y = ctx.saved_tensors
+    gf, dyf, yf = g.float(), dy.float(), y.float()
+    gy = (gf * yf).sum(-1, keepdim=True)
+    s = (dyf * yf).sum(-1, keepdim=True)
+    d_dy = ctx.scale * yf * (gf - gy)
+    d_y = ctx.scale * (gf * (dyf - s) - dyf * gy)
+    return d_dy.to(dy.dtype), d_y.to(y.dtype), None
+
+
+for _op in (_scaled_softmax_backward, _scaled_masked_softmax_backward, _scaled_upper_triang_masked_softmax_backward):
+    _op.register_autograd(_softmax_bwd_grad, setup_context=_softmax_bwd_setup)
 
 
 def _softmax_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
@@ -259,6 +362,9 @@ _scaled_upper_triang_masked_softmax.register_autograd(_grads_for(_scaled_upper_t
 
 def _norm_args(op: str, x: Tensor, weight: Tensor, bias: Tensor | None) -> tuple[int, int, int, int]:
     rows, cols = _rows_cols(op, x)
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and t.device != x.device:
+            raise _bad(f"kiln.torch.{op}: {name} is on {t.device}, x on {x.device}")
     if weight.shape != (cols,) or (bias is not None and bias.shape != (cols,)):
         raise _bad(
             f"kiln.torch.{op}: weight/bias must be [{cols}] (x's last dimension); got "
@@ -273,9 +379,11 @@ def _norm_args(op: str, x: Tensor, weight: Tensor, bias: Tensor | None) -> tuple
 def _layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float) -> tuple[Tensor, Tensor, Tensor]:
     rows, cols, dt, wdt = _norm_args("layer_norm", x, weight, bias)
     x, weight, bias = _c(x), _c(weight), _c(bias)
-    y = torch.empty_like(x)
-    mean = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
-    rstd = torch.empty_like(mean)
+    y = _new(x.shape, x.dtype, x)
+    mean = _new(x.shape[:-1], torch.float32, x)
+    rstd = _new(x.shape[:-1], torch.float32, x)
+    if rows == 0:
+        return y, mean, rstd
     _run(
         "layer_norm", x, "kiln_layer_norm_fwd", dt, wdt, y.data_ptr(), mean.data_ptr(),
         rstd.data_ptr(), x.data_ptr(), weight.data_ptr(), bias.data_ptr(), rows, cols, eps,
@@ -285,19 +393,23 @@ def _layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float) -> tuple[Te
 
 @_layer_norm.register_fake
 def _(x, weight, bias, eps):  # type: ignore[no-untyped-def]
-    stats = x.new_empty(x.shape[:-1], dtype=torch.float32)
-    return torch.empty_like(x), stats, torch.empty_like(stats)
+    return _new(x.shape, x.dtype, x), _new(x.shape[:-1], torch.float32, x), _new(x.shape[:-1], torch.float32, x)
 
 
 @_Op
 def _layer_norm_backward(
     dy: Tensor, x: Tensor, mean: Tensor, rstd: Tensor, weight: Tensor
 ) -> tuple[Tensor, Tensor, Tensor]:
-    rows, cols, dt, wdt = _norm_args("layer_norm", x, weight, None)
+    rows, cols, dt, wdt = _norm_args("layer_norm_backward", x, weight, None)
+    _match("layer_norm_backward", "x", x, dy=dy)
+    _f32("layer_norm_backward", "mean", mean, x.shape[:-1], x)
+    _f32("layer_norm_backward", "rstd", rstd, x.shape[:-1], x)
     dy, x, mean, rstd, weight = _c(dy), _c(x), _c(mean), _c(rstd), _c(weight)
-    dx = torch.empty_like(x)
-    dgamma = torch.empty_like(weight)
-    dbeta = torch.empty_like(weight)
+    dx = _new(x.shape, x.dtype, x)
+    if rows == 0:  # the sum over no rows
+        return dx, torch.zeros_like(weight), torch.zeros_like(weight)
+    dgamma = _new(weight.shape, weight.dtype, weight)
+    dbeta = _new(weight.shape, weight.dtype, weight)
     nbytes = lib.kiln_layer_norm_bwd_workspace_size(rows, cols)
     ws, wp = _workspace(nbytes, x)
     _run(
@@ -311,7 +423,7 @@ def _layer_norm_backward(
 
 @_layer_norm_backward.register_fake
 def _(dy, x, mean, rstd, weight):  # type: ignore[no-untyped-def]
-    return torch.empty_like(x), torch.empty_like(weight), torch.empty_like(weight)
+    return _new(x.shape, x.dtype, x), _new(weight.shape, weight.dtype, x), _new(weight.shape, weight.dtype, x)
 
 
 def _layer_norm_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
@@ -327,14 +439,17 @@ def _layer_norm_grad(ctx, dy, _dmean, _drstd):  # type: ignore[no-untyped-def]
 
 
 _layer_norm.register_autograd(_layer_norm_grad, setup_context=_layer_norm_setup)
+_layer_norm_backward.register_autograd(_no_double_backward("layer_norm"), setup_context=_no_setup)
 
 
 @_Op
 def _rms_norm(x: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor]:
     rows, cols, dt, wdt = _norm_args("rms_norm", x, weight, None)
     x, weight = _c(x), _c(weight)
-    y = torch.empty_like(x)
-    rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
+    y = _new(x.shape, x.dtype, x)
+    rstd = _new(x.shape[:-1], torch.float32, x)
+    if rows == 0:
+        return y, rstd
     _run(
         "rms_norm", x, "kiln_rms_norm_fwd", dt, wdt, y.data_ptr(), rstd.data_ptr(), x.data_ptr(),
         weight.data_ptr(), rows, cols, eps,
@@ -344,15 +459,19 @@ def _rms_norm(x: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor]:
 
 @_rms_norm.register_fake
 def _(x, weight, eps):  # type: ignore[no-untyped-def]
-    return torch.empty_like(x), x.new_empty(x.shape[:-1], dtype=torch.float32)
+    return _new(x.shape, x.dtype, x), _new(x.shape[:-1], torch.float32, x)
 
 
 @_Op
 def _rms_norm_backward(dy: Tensor, x: Tensor, rstd: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
-    rows, cols, dt, wdt = _norm_args("rms_norm", x, weight, None)
+    rows, cols, dt, wdt = _norm_args("rms_norm_backward", x, weight, None)
+    _match("rms_norm_backward", "x", x, dy=dy)
+    _f32("rms_norm_backward", "rstd", rstd, x.shape[:-1], x)
     dy, x, rstd, weight = _c(dy), _c(x), _c(rstd), _c(weight)
-    dx = torch.empty_like(x)
-    dgamma = torch.empty_like(weight)
+    dx = _new(x.shape, x.dtype, x)
+    if rows == 0:  # the sum over no rows
+        return dx, torch.zeros_like(weight)
+    dgamma = _new(weight.shape, weight.dtype, weight)
     nbytes = lib.kiln_rms_norm_bwd_workspace_size(rows, cols)
     ws, wp = _workspace(nbytes, x)
     _run(
@@ -365,7 +484,7 @@ def _rms_norm_backward(dy: Tensor, x: Tensor, rstd: Tensor, weight: Tensor) -> t
 
 @_rms_norm_backward.register_fake
 def _(dy, x, rstd, weight):  # type: ignore[no-untyped-def]
-    return torch.empty_like(x), torch.empty_like(weight)
+    return _new(x.shape, x.dtype, x), _new(weight.shape, weight.dtype, x)
 
 
 def _rms_norm_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
@@ -379,6 +498,7 @@ def _rms_norm_grad(ctx, dy, _drstd):  # type: ignore[no-untyped-def]
 
 
 _rms_norm.register_autograd(_rms_norm_grad, setup_context=_rms_norm_setup)
+_rms_norm_backward.register_autograd(_no_double_backward("rms_norm"), setup_context=_no_setup)
 
 
 # ---- embedding ---------------------------------------------------------------------------
@@ -396,10 +516,14 @@ def _ids(op: str, ids: Tensor, like: Tensor) -> Tensor:
 def _embedding(ids: Tensor, weight: Tensor, vocab_start: int, vocab_size: int, sync_check: bool) -> Tensor:
     if weight.dim() != 2:
         raise _bad(f"kiln.torch.embedding: weight must be [vocab_part, hidden]; got {tuple(weight.shape)}")
+    if weight.shape[0] == 0 or weight.shape[1] == 0:
+        raise _bad(f"kiln.torch.embedding: weight {tuple(weight.shape)} has no rows or no columns")
     ids, weight = _ids("embedding", ids, weight), _c(weight)
     part, hidden = weight.shape
-    y = weight.new_empty((*ids.shape, hidden))
     dt = rt.dtype_code(weight, "weight")
+    y = _new((*ids.shape, hidden), weight.dtype, weight)
+    if ids.numel() == 0:
+        return y
     flags = KILN_OPS_SYNC_CHECK if sync_check else 0
     _run(
         "embedding", weight, "kiln_embedding_fwd", dt, y.data_ptr(), ids.data_ptr(),
@@ -410,20 +534,30 @@ def _embedding(ids: Tensor, weight: Tensor, vocab_start: int, vocab_size: int, s
 
 @_embedding.register_fake
 def _(ids, weight, vocab_start, vocab_size, sync_check):  # type: ignore[no-untyped-def]
-    return weight.new_empty((*ids.shape, weight.shape[1]))
+    return _new((*ids.shape, weight.shape[1]), weight.dtype, weight)
 
 
 @_Op
 def _embedding_backward(
     dy: Tensor, ids: Tensor, vocab_part: int, vocab_start: int, deterministic: bool
 ) -> Tensor:
-    dy, ids = _c(dy), _ids("embedding", ids, dy)
+    ids = _ids("embedding_backward", ids, dy)
+    if dy.dim() != ids.dim() + 1 or dy.shape[:-1] != ids.shape or dy.shape[-1] == 0:
+        raise _bad(
+            f"kiln.torch.embedding_backward: dy {tuple(dy.shape)} does not fit ids {tuple(ids.shape)} "
+            "(want [*ids.shape, hidden])"
+        )
+    if vocab_part < 1 or vocab_start < 0:
+        raise _bad(f"kiln.torch.embedding_backward: vocab_part = {vocab_part}, vocab_start = {vocab_start}")
+    dt = rt.dtype_code(dy, "dy")
+    dy = _c(dy)
     hidden = dy.shape[-1]
     dweight = torch.zeros((vocab_part, hidden), dtype=torch.float32, device=dy.device)
+    if ids.numel() == 0:
+        return dweight
     vend = vocab_start + vocab_part
     nbytes = lib.kiln_embedding_bwd_workspace_size(ids.numel(), vocab_start, vend, int(deterministic))
     ws, wp = _workspace(nbytes, dy)
-    dt = rt.dtype_code(dy, "dy")
     _run(
         "embedding", dy, "kiln_embedding_bwd", dt, dweight.data_ptr(), dy.data_ptr(), ids.data_ptr(),
         ids.numel(), hidden, vocab_start, vend, int(deterministic), wp, nbytes,
@@ -434,7 +568,7 @@ def _embedding_backward(
 
 @_embedding_backward.register_fake
 def _(dy, ids, vocab_part, vocab_start, deterministic):  # type: ignore[no-untyped-def]
-    return dy.new_empty((vocab_part, dy.shape[-1]), dtype=torch.float32)
+    return _new((vocab_part, dy.shape[-1]), torch.float32, dy)
 
 
 def _embedding_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
@@ -450,6 +584,7 @@ def _embedding_grad(ctx, dy):  # type: ignore[no-untyped-def]
 
 
 _embedding.register_autograd(_embedding_grad, setup_context=_embedding_setup)
+_embedding_backward.register_autograd(_no_double_backward("embedding"), setup_context=_no_setup)
 
 
 # ---- bias + GeLU, bias + SwiGLU ---------------------------------------------------------------
@@ -465,19 +600,27 @@ def _bias_check(op: str, x: Tensor, bias: Tensor | None, cols: int) -> None:
 def _bias_gelu(x: Tensor, bias: Tensor | None) -> Tensor:
     rows, cols = _rows_cols("bias_gelu", x)
     _bias_check("bias_gelu", x, bias, cols)
+    dt = rt.dtype_code(x, "x")
     x = _c(x)
-    y = torch.empty_like(x)
+    y = _new(x.shape, x.dtype, x)
+    if rows == 0:
+        return y
     bias = _c_opt(bias)  # kept alive across the launch
     bp = rt.ptr(bias)
-    _run("bias_gelu", x, "kiln_bias_gelu_fwd", rt.dtype_code(x, "x"), y.data_ptr(), x.data_ptr(), bp, rows, cols)
+    _run("bias_gelu", x, "kiln_bias_gelu_fwd", dt, y.data_ptr(), x.data_ptr(), bp, rows, cols)
     return y
 
 
 @_Op
 def _bias_gelu_backward(dy: Tensor, x: Tensor, bias: Tensor | None) -> Tensor:
-    rows, cols = _rows_cols("bias_gelu", x)
+    rows, cols = _rows_cols("bias_gelu_backward", x)
+    _bias_check("bias_gelu_backward", x, bias, cols)
+    _match("bias_gelu_backward", "x", x, dy=dy)
+    rt.dtype_code(x, "x")
     dy, x = _c(dy), _c(x)
-    dx = torch.empty_like(x)
+    dx = _new(x.shape, x.dtype, x)
+    if rows == 0:
+        return dx
     bias = _c_opt(bias)  # kept alive across the launch
     bp = rt.ptr(bias)
     _run(
@@ -493,8 +636,11 @@ def _bias_swiglu(x: Tensor, bias: Tensor | None) -> Tensor:
     if cols2 % 2:
         raise _bad(f"kiln.torch.bias_swiglu: x's last dimension ({cols2}) must be even: [a | b]")
     _bias_check("bias_swiglu", x, bias, cols2)
+    rt.dtype_code(x, "x")
     x = _c(x)
-    y = x.new_empty((*x.shape[:-1], cols2 // 2))
+    y = _new((*x.shape[:-1], cols2 // 2), x.dtype, x)
+    if rows == 0:
+        return y
     bias = _c_opt(bias)  # kept alive across the launch
     bp = rt.ptr(bias)
     _run(
@@ -506,9 +652,20 @@ def _bias_swiglu(x: Tensor, bias: Tensor | None) -> Tensor:
 
 @_Op
 def _bias_swiglu_backward(dy: Tensor, x: Tensor, bias: Tensor | None) -> Tensor:
-    rows, cols2 = _rows_cols("bias_swiglu", x)
+    rows, cols2 = _rows_cols("bias_swiglu_backward", x)
+    if cols2 % 2:
+        raise _bad(f"kiln.torch.bias_swiglu_backward: x's last dimension ({cols2}) must be even: [a | b]")
+    _bias_check("bias_swiglu_backward", x, bias, cols2)
+    if dy.shape != (*x.shape[:-1], cols2 // 2) or dy.dtype != x.dtype or dy.device != x.device:
+        raise _bad(
+            f"kiln.torch.bias_swiglu_backward: dy is {dy.dtype} {tuple(dy.shape)} on {dy.device}; want "
+            f"{x.dtype} {(*x.shape[:-1], cols2 // 2)} on {x.device} (x {tuple(x.shape)} halved)"
+        )
+    rt.dtype_code(x, "x")
     dy, x = _c(dy), _c(x)
-    dx = torch.empty_like(x)
+    dx = _new(x.shape, x.dtype, x)
+    if rows == 0:
+        return dx
     bias = _c_opt(bias)  # kept alive across the launch
     bp = rt.ptr(bias)
     _run(
@@ -518,10 +675,10 @@ def _bias_swiglu_backward(dy: Tensor, x: Tensor, bias: Tensor | None) -> Tensor:
     return dx
 
 
-_bias_gelu.register_fake(lambda x, bias: torch.empty_like(x))
-_bias_gelu_backward.register_fake(lambda dy, x, bias: torch.empty_like(x))
-_bias_swiglu.register_fake(lambda x, bias: x.new_empty((*x.shape[:-1], x.shape[-1] // 2)))
-_bias_swiglu_backward.register_fake(lambda dy, x, bias: torch.empty_like(x))
+_bias_gelu.register_fake(lambda x, bias: _new(x.shape, x.dtype, x))
+_bias_gelu_backward.register_fake(lambda dy, x, bias: _new(x.shape, x.dtype, x))
+_bias_swiglu.register_fake(lambda x, bias: _new((*x.shape[:-1], x.shape[-1] // 2), x.dtype, x))
+_bias_swiglu_backward.register_fake(lambda dy, x, bias: _new(x.shape, x.dtype, x))
 
 
 def _bias_act_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
@@ -543,6 +700,8 @@ def _bias_act_grad(bwd):  # type: ignore[no-untyped-def]
 
 _bias_gelu.register_autograd(_bias_act_grad(_bias_gelu_backward), setup_context=_bias_act_setup)
 _bias_swiglu.register_autograd(_bias_act_grad(_bias_swiglu_backward), setup_context=_bias_act_setup)
+_bias_gelu_backward.register_autograd(_no_double_backward("bias_gelu"), setup_context=_no_setup)
+_bias_swiglu_backward.register_autograd(_no_double_backward("bias_swiglu"), setup_context=_no_setup)
 
 
 # ---- bias + dropout + residual add -------------------------------------------------------------
@@ -581,8 +740,19 @@ def _(like):  # type: ignore[no-untyped-def]
 
 
 def _dropout_args(op: str, p: float, training: bool) -> None:
-    if not 0.0 <= p < 1.0:
-        raise _bad(f"kiln.torch.{op}: p = {p}; want 0 <= p < 1")
+    # eval is the identity for any p, 1 included; training with p = 1 would
+    # scale by 1 / (1 - p)
+    if training and not 0.0 <= p < 1.0:
+        raise _bad(f"kiln.torch.{op}: p = {p}; want 0 <= p < 1 when training")
+    if not training and not 0.0 <= p <= 1.0:
+        raise _bad(f"kiln.torch.{op}: p = {p}; want 0 <= p <= 1")
+
+
+def _seed_offset(op: str, so: Tensor) -> tuple[int, int]:
+    if so.dtype != torch.int64 or so.shape != (2,):
+        raise _bad(f"kiln.torch.{op}: seed_offset is {so.dtype} {tuple(so.shape)}; want int64 [2]")
+    seed, offset = (int(v) for v in so.tolist())
+    return seed, offset
 
 
 @_Op
@@ -595,13 +765,16 @@ def _bias_dropout_add(
     _same_dtype("bias_dropout_add", x, residual=residual)
     if residual.shape != x.shape:
         raise _bad(f"kiln.torch.bias_dropout_add: residual {tuple(residual.shape)} != x {tuple(x.shape)}")
-    seed, offset = (int(v) for v in seed_offset.tolist())
+    seed, offset = _seed_offset("bias_dropout_add", seed_offset)
+    dt = rt.dtype_code(x, "x")
     x, residual = _c(x), _c(residual)
-    y = torch.empty_like(x)
+    y = _new(x.shape, x.dtype, x)
+    if rows == 0:
+        return y
     bias = _c_opt(bias)  # kept alive across the launch
     bp = rt.ptr(bias)
     _run(
-        "bias_dropout_add", x, "kiln_bias_dropout_add_fwd", rt.dtype_code(x, "x"), y.data_ptr(),
+        "bias_dropout_add", x, "kiln_bias_dropout_add_fwd", dt, y.data_ptr(),
         x.data_ptr(), bp, residual.data_ptr(), rows, cols, p, seed, offset, int(training),
     )
     return y
@@ -609,19 +782,23 @@ def _bias_dropout_add(
 
 @_Op
 def _bias_dropout_add_backward(dy: Tensor, p: float, training: bool, seed_offset: Tensor) -> Tensor:
-    rows, cols = _rows_cols("bias_dropout_add", dy)
-    seed, offset = (int(v) for v in seed_offset.tolist())
+    _dropout_args("bias_dropout_add_backward", p, training)
+    rows, cols = _rows_cols("bias_dropout_add_backward", dy)
+    seed, offset = _seed_offset("bias_dropout_add_backward", seed_offset)
+    dt = rt.dtype_code(dy, "dy")
     dy = _c(dy)
-    dx = torch.empty_like(dy)
+    dx = _new(dy.shape, dy.dtype, dy)
+    if rows == 0:
+        return dx
     _run(
-        "bias_dropout_add", dy, "kiln_bias_dropout_add_bwd", rt.dtype_code(dy, "dy"), dx.data_ptr(),
+        "bias_dropout_add", dy, "kiln_bias_dropout_add_bwd", dt, dx.data_ptr(),
         dy.data_ptr(), rows, cols, p, seed, offset, int(training),
     )
     return dx
 
 
-_bias_dropout_add.register_fake(lambda x, bias, residual, p, training, so: torch.empty_like(x))
-_bias_dropout_add_backward.register_fake(lambda dy, p, training, so: torch.empty_like(dy))
+_bias_dropout_add.register_fake(lambda x, bias, residual, p, training, so: _new(x.shape, x.dtype, x))
+_bias_dropout_add_backward.register_fake(lambda dy, p, training, so: _new(dy.shape, dy.dtype, dy))
 
 
 def _bda_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
@@ -643,6 +820,22 @@ def _bda_grad(ctx, dy):  # type: ignore[no-untyped-def]
 _bias_dropout_add.register_autograd(_bda_grad, setup_context=_bda_setup)
 
 
+def _bda_bwd_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
+    _, p, training, so = inputs
+    ctx.save_for_backward(so)
+    ctx.p, ctx.training = p, training
+
+
+def _bda_bwd_grad(ctx, g):  # type: ignore[no-untyped-def]
+    # dx = dy * keep / (1 - p) is linear in dy and its own adjoint: the same
+    # mask applied to g (double backward)
+    (so,) = ctx.saved_tensors
+    return _bias_dropout_add_backward(g, ctx.p, ctx.training, so), None, None, None
+
+
+_bias_dropout_add_backward.register_autograd(_bda_bwd_grad, setup_context=_bda_bwd_setup)
+
+
 # ---- RoPE ------------------------------------------------------------------------------------
 
 _LAYOUTS = {"sbhd": 0, "bshd": 1}
@@ -661,11 +854,15 @@ def _rope_shape(x: Tensor, angles: Tensor, layout: str) -> tuple[int, int, int, 
         )
     if angles.device != x.device:
         raise _bad(f"kiln.torch.rope: angles are on {angles.device}, x on {x.device}")
+    if d == 0 or not 2 <= 2 * angles.shape[1] <= d:
+        raise _bad(f"kiln.torch.rope: rot_dim = 2 * angles.shape[1] = {2 * angles.shape[1]} must be in [2, d = {d}]")
     return s, b, h, d, 2 * angles.shape[1]
 
 
 def _rope_launch(fn: str, out: Tensor, x: Tensor, angles: Tensor, layout: str, interleaved: bool) -> None:
     s, b, h, d, rot = _rope_shape(x, angles, layout)
+    if out.numel() == 0:
+        return
     angles = _c(angles)
     _run(
         "rope", x, fn, rt.dtype_code(x, "x"), _LAYOUTS[layout], int(interleaved), out.data_ptr(),
@@ -675,22 +872,24 @@ def _rope_launch(fn: str, out: Tensor, x: Tensor, angles: Tensor, layout: str, i
 
 @_Op
 def _rope(x: Tensor, angles: Tensor, layout: str, interleaved: bool) -> Tensor:
+    rt.dtype_code(x, "x")
     x = _c(x)
-    y = torch.empty_like(x)
+    y = _new(x.shape, x.dtype, x)
     _rope_launch("kiln_rope_fwd", y, x, angles, layout, interleaved)
     return y
 
 
 @_Op
 def _rope_backward(dy: Tensor, angles: Tensor, layout: str, interleaved: bool) -> Tensor:
+    rt.dtype_code(dy, "dy")
     dy = _c(dy)
-    dx = torch.empty_like(dy)
+    dx = _new(dy.shape, dy.dtype, dy)
     _rope_launch("kiln_rope_bwd", dx, dy, angles, layout, interleaved)
     return dx
 
 
-_rope.register_fake(lambda x, angles, layout, interleaved: torch.empty_like(x))
-_rope_backward.register_fake(lambda dy, angles, layout, interleaved: torch.empty_like(dy))
+_rope.register_fake(lambda x, angles, layout, interleaved: _new(x.shape, x.dtype, x))
+_rope_backward.register_fake(lambda dy, angles, layout, interleaved: _new(dy.shape, dy.dtype, dy))
 
 
 def _rope_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
@@ -707,6 +906,16 @@ def _rope_grad(ctx, dy):  # type: ignore[no-untyped-def]
 _rope.register_autograd(_rope_grad, setup_context=_rope_setup)
 
 
+def _rope_bwd_grad(ctx, g):  # type: ignore[no-untyped-def]
+    # the backward rotates by -angle, linear in dy: its adjoint is the
+    # forward rotation (double backward)
+    (angles,) = ctx.saved_tensors
+    return _rope(g, angles, ctx.layout, ctx.interleaved), None, None, None
+
+
+_rope_backward.register_autograd(_rope_bwd_grad, setup_context=_rope_setup)
+
+
 # ---- cross-entropy ------------------------------------------------------------------------------
 
 
@@ -716,14 +925,19 @@ def _ce_args(logits: Tensor, target: Tensor) -> tuple[Tensor, Tensor, int, int]:
             "kiln.torch.cross_entropy: want logits [rows, vocab] and target [rows]; got "
             f"{tuple(logits.shape)} and {tuple(target.shape)}"
         )
+    if logits.shape[1] == 0:
+        raise _bad(f"kiln.torch.cross_entropy: logits {tuple(logits.shape)} has no vocabulary")
+    rt.dtype_code(logits, "logits")
     return _c(logits), _ids("cross_entropy", target, logits), logits.shape[0], logits.shape[1]
 
 
 @_Op
 def _cross_entropy(logits: Tensor, target: Tensor, ignore_index: int, sync_check: bool) -> tuple[Tensor, Tensor]:
     logits, target, rows, vocab = _ce_args(logits, target)
-    loss = torch.empty(rows, dtype=torch.float32, device=logits.device)
-    lse = torch.empty_like(loss)
+    loss = _new(rows, torch.float32, logits)
+    lse = _new(rows, torch.float32, logits)
+    if rows == 0:
+        return loss, lse
     flags = KILN_OPS_SYNC_CHECK if sync_check else 0
     _run(
         "cross_entropy", logits, "kiln_cross_entropy_fwd", rt.dtype_code(logits, "logits"),
@@ -735,8 +949,7 @@ def _cross_entropy(logits: Tensor, target: Tensor, ignore_index: int, sync_check
 
 @_cross_entropy.register_fake
 def _(logits, target, ignore_index, sync_check):  # type: ignore[no-untyped-def]
-    loss = logits.new_empty(logits.shape[:1], dtype=torch.float32)
-    return loss, torch.empty_like(loss)
+    return _new(logits.shape[:1], torch.float32, logits), _new(logits.shape[:1], torch.float32, logits)
 
 
 @_Op
@@ -744,7 +957,13 @@ def _cross_entropy_backward(
     logits: Tensor, lse: Tensor, dloss: Tensor, target: Tensor, vocab_start: int, ignore_index: int
 ) -> Tensor:
     logits, target, rows, vocab = _ce_args(logits, target)
-    grad = logits.clone()
+    _f32("cross_entropy_backward", "lse", lse, (rows,), logits)
+    _f32("cross_entropy_backward", "dloss", dloss, (rows,), logits)
+    if vocab_start < 0:
+        raise _bad(f"kiln.torch.cross_entropy_backward: vocab_start = {vocab_start}, must be >= 0")
+    grad = logits.clone(memory_format=torch.contiguous_format)
+    if rows == 0:
+        return grad
     lse, dloss = _c(lse), _c(dloss)
     _run(
         "cross_entropy", grad, "kiln_cross_entropy_bwd", rt.dtype_code(grad, "logits"),
@@ -754,7 +973,7 @@ def _cross_entropy_backward(
     return grad
 
 
-_cross_entropy_backward.register_fake(lambda logits, lse, dloss, target, vs, ii: torch.empty_like(logits))
+_cross_entropy_backward.register_fake(lambda logits, lse, dloss, target, vs, ii: _new(logits.shape, logits.dtype, logits))
 
 
 def _ce_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
@@ -770,6 +989,7 @@ def _ce_grad(ctx, dloss, _dlse):  # type: ignore[no-untyped-def]
 
 
 _cross_entropy.register_autograd(_ce_grad, setup_context=_ce_setup)
+_cross_entropy_backward.register_autograd(_no_double_backward("cross_entropy"), setup_context=_no_setup)
 
 
 @_Op
@@ -777,8 +997,10 @@ def _cross_entropy_stats(
     logits: Tensor, target: Tensor, vocab_start: int, vocab_size: int, ignore_index: int, sync_check: bool
 ) -> tuple[Tensor, Tensor, Tensor]:
     logits, target, rows, part = _ce_args(logits, target)
-    row_max = torch.empty(rows, dtype=torch.float32, device=logits.device)
-    sumexp, tgt = torch.empty_like(row_max), torch.empty_like(row_max)
+    row_max = _new(rows, torch.float32, logits)
+    sumexp, tgt = _new(rows, torch.float32, logits), _new(rows, torch.float32, logits)
+    if rows == 0:
+        return row_max, sumexp, tgt
     flags = KILN_OPS_SYNC_CHECK if sync_check else 0
     _run(
         "cross_entropy", logits, "kiln_cross_entropy_stats", rt.dtype_code(logits, "logits"),
@@ -790,8 +1012,7 @@ def _cross_entropy_stats(
 
 @_cross_entropy_stats.register_fake
 def _(logits, target, vocab_start, vocab_size, ignore_index, sync_check):  # type: ignore[no-untyped-def]
-    v = logits.new_empty(logits.shape[:1], dtype=torch.float32)
-    return v, torch.empty_like(v), torch.empty_like(v)
+    return tuple(_new(logits.shape[:1], torch.float32, logits) for _ in range(3))
 
 
 def _ce_tp_forward(
@@ -950,7 +1171,8 @@ def cross_entropy(
     all-reduces over group combine them. A target outside [0, vocab_size)
     other than ignore_index is a data error (kiln.torch.check, or at once
     with sync_check=True). reduction "mean" (over non-ignored rows), "sum" or
-    "none" (fp32 per row)."""
+    "none" (fp32 per row); "mean" with every target ignored is NaN, as in
+    torch."""
     if reduction not in ("mean", "sum", "none"):
         raise _bad(f"kiln.torch.cross_entropy: reduction '{reduction}'; want mean, sum or none")
     tp = group is not None
@@ -966,5 +1188,6 @@ def cross_entropy(
         return loss
     if reduction == "sum":
         return loss.sum()
-    return loss.sum() / (target != ignore_index).sum().clamp(min=1)
+    # every target ignored (or no rows): 0 / 0 = NaN, as torch gives
+    return loss.sum() / (target != ignore_index).sum()
 
