@@ -14,6 +14,9 @@ wheel ships). Nothing here needs LD_LIBRARY_PATH.
 from __future__ import annotations
 
 import ctypes
+import math
+import operator
+import os
 from ctypes import (
     CFUNCTYPE,
     POINTER,
@@ -32,6 +35,7 @@ from ctypes import (
 )
 
 from kiln._paths import library_path, set_python_prefix
+from kiln.errors import KilnInvalidArgument
 
 KILN_ENV = -1
 KILN_LOADER_CURRENT_CONTEXT = -1
@@ -491,3 +495,75 @@ def last_error() -> str:
 
 def status_name(st: int) -> str:
     return text(lib.kiln_status_str(st))
+
+
+# ---- arguments: what crosses into C is checked here first ----------------------------
+# ctypes wraps an int that does not fit its C type (2**64 becomes 0 for a
+# uint64_t) and cuts a char * at its first NUL, so a bad argument would reach
+# libkiln as another, valid one. Every int, number, path and string the
+# package hands to C goes through one of these, which raise
+# KilnInvalidArgument naming the argument instead.
+
+INT_MAX = 2**31 - 1
+UINT64_MAX = 2**64 - 1
+
+
+def invalid(message: str) -> KilnInvalidArgument:
+    """A KilnInvalidArgument (KILN_EINVAL) raised by the package itself."""
+    return KilnInvalidArgument(message, status="KILN_EINVAL", code=-1)
+
+
+def int_arg(what: str, v: object, lo: int = 0, hi: int = INT_MAX) -> int:
+    """v as an int in [lo, hi] (the range of the C parameter it becomes).
+    Anything with __index__ counts (numpy integers too); bool, float and str
+    do not."""
+    if isinstance(v, bool) or not hasattr(type(v), "__index__"):
+        raise invalid(f"{what} must be an integer, not {type(v).__name__} {v!r}")
+    n = operator.index(v)
+    if not lo <= n <= hi:
+        raise invalid(f"{what} {n} is outside [{lo}, {hi}]")
+    return n
+
+
+def positive_arg(what: str, v: object) -> float:
+    """v as a finite float > 0 (a timeout, a period): int or float, not bool,
+    not inf or nan."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise invalid(f"{what} {v!r} is not a number > 0")
+    try:
+        f = float(v)
+    except OverflowError:
+        f = math.inf
+    if not (math.isfinite(f) and f > 0):
+        raise invalid(f"{what} {v!r} is not a finite number > 0")
+    return f
+
+
+def path_arg(what: str, v: object) -> bytes:
+    """A path for C: str, bytes or os.PathLike, as os.fsencode gives it (a
+    non-UTF-8 name stays as it is on disk). Anything else, an empty path and
+    a path with a NUL byte (C would cut it there) are refused."""
+    if not isinstance(v, (str, bytes, os.PathLike)):
+        raise invalid(f"{what} must be a path (str, bytes or os.PathLike), not {type(v).__name__} {v!r}")
+    try:
+        b = os.fsencode(v)
+    except (TypeError, UnicodeError) as e:  # a PathLike giving neither str nor bytes
+        raise invalid(f"{what} {v!r} is not a path: {e}") from None
+    if not b:
+        raise invalid(f"{what} is empty, not a path")
+    if b"\0" in b:
+        raise invalid(f"{what} {v!r} contains a NUL byte")
+    return b
+
+
+def text_arg(what: str, v: object) -> bytes:
+    """A str for C (a glob, an arch list, a URL), UTF-8: anything else and a
+    NUL byte are refused."""
+    if not isinstance(v, str):
+        raise invalid(f"{what} must be a str, not {type(v).__name__} {v!r}")
+    if "\0" in v:
+        raise invalid(f"{what} {v!r} contains a NUL byte")
+    try:
+        return v.encode()
+    except UnicodeError as e:  # a lone surrogate
+        raise invalid(f"{what} {v!r} is not valid text: {e}") from None

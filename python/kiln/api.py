@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import subprocess
 from ctypes import POINTER, byref, c_size_t, c_void_p
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Union
 
 from kiln import _lib
-from kiln._lib import lib, text
+from kiln._lib import UINT64_MAX, int_arg, invalid, lib, path_arg, text, text_arg
 from kiln._paths import executable_path
 from kiln.errors import error_for
 
@@ -103,13 +104,28 @@ class BuildReport:
         return self.failed == 0
 
 
+PathArg = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
+
+
+def _layers_arg(what: str, layers: object) -> bytes:
+    """A list of paths as KILN_CACHE_PATH takes them, joined with ':' (so
+    none may hold one)."""
+    if isinstance(layers, (str, bytes, os.PathLike)) or not isinstance(layers, (list, tuple)):
+        raise invalid(f"{what} must be a list of paths, not {type(layers).__name__} {layers!r}")
+    paths = [path_arg(f"{what}[{i}]", x) for i, x in enumerate(layers)]
+    for i, b in enumerate(paths):
+        if b":" in b:
+            raise invalid(f"{what}[{i}] {layers[i]!r} holds a ':', which separates layers")
+    return b":".join(paths)
+
+
 def _remote_options(remote: str | None, upload: bool | None) -> _lib.kiln_remote_options | None:
     if remote is None and upload is None:
         return None
     ro = _lib.kiln_remote_options()
     check(lib.kiln_remote_options_init(byref(ro), _lib.STRUCT_VERSIONS["kiln_remote_options"]))
     if remote is not None:
-        ro.url = remote.encode()
+        ro.url = text_arg("kiln.Cache: remote", remote)
     if upload is not None:
         ro.upload = 1 if upload else 0
     return ro
@@ -131,12 +147,16 @@ class Cache:
     corrupt index raises KilnCorrupt; writes such as ``verify()`` raise
     PermissionError).
     Usable as a context manager; ``close()`` releases it.
+
+    Paths (``dir``, each of ``layers``) are str, bytes or os.PathLike,
+    passed on as os.fsencode gives them; anything else, an empty path, a NUL
+    byte, or a ':' in a layer raises KilnInvalidArgument naming the argument.
     """
 
     def __init__(
         self,
-        dir: str | None = None,
-        layers: list[str] | None = None,
+        dir: PathArg | None = None,
+        layers: list[PathArg] | None = None,
         create: bool = True,
         remote: str | None = None,
         upload: bool | None = None,
@@ -146,9 +166,9 @@ class Cache:
         opts = _lib.kiln_cache_options()
         check(lib.kiln_cache_options_init(byref(opts), _lib.STRUCT_VERSIONS["kiln_cache_options"]))
         if dir is not None:
-            opts.dir = str(dir).encode()
+            opts.dir = path_arg("kiln.Cache: dir", dir)
         if layers is not None:
-            opts.ro_path = ":".join(str(x) for x in layers).encode()
+            opts.ro_path = _layers_arg("kiln.Cache: layers", layers)
         opts.create = 1 if create else 0
         opts.read_only = 1 if read_only else 0
         self._remote = _remote_options(remote, upload)  # kept alive while open
@@ -203,9 +223,9 @@ class Cache:
 
     def gc(self, max_bytes: int) -> dict[str, int]:
         """Evicts least-recently-used records until the primary layer's blobs
-        take at most max_bytes (pinned records are kept)."""
-        if max_bytes < 0:
-            raise ValueError(f"kiln.Cache.gc: max_bytes {max_bytes} < 0")
+        take at most max_bytes (pinned records are kept). max_bytes is an int
+        in [0, 2**64-1]; anything else raises KilnInvalidArgument."""
+        max_bytes = int_arg("kiln.Cache.gc: max_bytes", max_bytes, 0, UINT64_MAX)
         r = _lib.kiln_cache_gc_report()
         check(lib.kiln_cache_gc(byref(r), self.handle, max_bytes))
         return {name: int(getattr(r, name)) for name, _ in r._fields_}
@@ -235,9 +255,10 @@ def parse_targets(arch: str | list[str] | None) -> "ctypes.Array[_lib.kiln_targe
         arch = "all"
     if not isinstance(arch, str):
         arch = ",".join(str(a) for a in arch)
+    spec = text_arg("arch", arch)
     out = POINTER(_lib.kiln_target)()
     n = c_size_t()
-    check(lib.kiln_targets_parse_list(byref(out), byref(n), arch.encode()))
+    check(lib.kiln_targets_parse_list(byref(out), byref(n), spec))
     try:
         arr = (_lib.kiln_target * n.value)()
         for i in range(n.value):
@@ -264,7 +285,7 @@ def _items(s: _lib.kiln_build_summary) -> Iterator[BuildItem]:
 def build(
     arch: str | list[str] | None = None,
     kernels: str | None = None,
-    cache: str | Cache | None = None,
+    cache: PathArg | Cache | None = None,
     remote: str | None = None,
     upload: bool | None = None,
     jobs: int | None = None,
@@ -281,10 +302,17 @@ def build(
 
     Returns a BuildReport; a target that failed to compile is in its items
     (``report.failed``), not an exception. Raises KilnInvalidArgument for a
-    bad arch, KilnNotFound when the glob matches no unit, KilnNoNVRTC without
+    bad arch or argument (before anything is built: ``jobs`` not an int in
+    [1, 2**31-1], ``cache`` not a path as kiln.Cache takes them, a NUL in a
+    string), KilnNotFound when the glob matches no unit, KilnNoNVRTC without
     NVRTC.
     """
     own = not isinstance(cache, Cache)
+    if own and cache is not None:
+        cache = path_arg("kiln.build: cache", cache)
+    glob = text_arg("kiln.build: kernels", kernels) if kernels is not None else None
+    if jobs is not None:
+        jobs = int_arg("kiln.build: jobs", jobs, 1)
     c = Cache(dir=cache, remote=remote, upload=upload) if own else cache
     try:
         targets = parse_targets(arch)
@@ -292,10 +320,8 @@ def build(
         check(lib.kiln_build_options_init(byref(opts), _lib.STRUCT_VERSIONS["kiln_build_options"]))
         opts.targets = ctypes.cast(targets, POINTER(_lib.kiln_target))
         opts.n_targets = len(targets)
-        opts.kernels_glob = kernels.encode() if kernels else None
+        opts.kernels_glob = glob or None
         if jobs is not None:
-            if jobs < 1:
-                raise ValueError(f"kiln.build: jobs {jobs} < 1")
             opts.jobs = jobs
         opts.rebuild = 1 if rebuild else 0
         if offline is not None:
@@ -355,13 +381,20 @@ def _json_command(args: list[str]) -> dict[str, object]:
         raise error_for(-1, f"kiln {' '.join(args)}: {why[0]}", "KILN_EINVAL") from e
 
 
-def probe(cache: str | None = None) -> dict[str, object]:
+def _cache_args(what: str, cache: PathArg | None) -> list[str]:
+    # os.fsdecode: a non-UTF-8 name reaches the command as the same bytes
+    return [] if cache is None else ["--cache", os.fsdecode(path_arg(f"{what}: cache", cache))]
+
+
+def probe(cache: PathArg | None = None) -> dict[str, object]:
     """What `kiln probe --json` prints, as a dict (its schema: docs/operations.md):
-    the GPUs, driver, NVRTC, NCCL and the caches of this machine."""
-    return _json_command(["probe", "--json", *(["--cache", str(cache)] if cache else [])])
+    the GPUs, driver, NVRTC, NCCL and the caches of this machine. ``cache``:
+    a path as kiln.Cache takes it (None: the default)."""
+    return _json_command(["probe", "--json", *_cache_args("kiln.probe", cache)])
 
 
-def doctor(cache: str | None = None) -> dict[str, object]:
+def doctor(cache: PathArg | None = None) -> dict[str, object]:
     """What `kiln doctor --json` prints, as a dict (docs/operations.md): every
-    health check with PASS/WARN/FAIL/SKIP, a summary and a fix."""
-    return _json_command(["doctor", "--json", *(["--cache", str(cache)] if cache else [])])
+    health check with PASS/WARN/FAIL/SKIP, a summary and a fix. ``cache`` as
+    probe's."""
+    return _json_command(["doctor", "--json", *_cache_args("kiln.doctor", cache)])

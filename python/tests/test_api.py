@@ -93,7 +93,7 @@ def test_glob_matching_no_unit_is_not_found(tmp_path: Path) -> None:
 
 
 def test_build_rejects_bad_jobs_before_compiling(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="jobs 0"):
+    with pytest.raises(kiln.KilnInvalidArgument, match="jobs 0"):
         kiln.build(arch="90", kernels=UNIT, cache=str(tmp_path / "c"), jobs=0)
 
 
@@ -166,6 +166,101 @@ def test_cache_gc_evicts_down_to_max_bytes(built, tmp_path: Path) -> None:
         assert c.ls() == [] and c.stats()["blobs"] == 0
         with pytest.raises(ValueError):
             c.gc(-1)
+
+
+@pytest.mark.parametrize("bad", [2**64, 2**64 + 1000, -1, True, 1.5, "100"])
+def test_cache_gc_refuses_a_size_outside_uint64_and_keeps_every_record(built, tmp_path: Path, bad) -> None:
+    # 2**64 used to reach C as 0 (ctypes wraps it) and emptied the cache
+    cache, _, _ = built
+    with kiln.Cache(str(_copy(cache, tmp_path))) as c:
+        before = c.ls()
+        with pytest.raises(kiln.KilnInvalidArgument, match="max_bytes") as e:
+            c.gc(bad)
+        assert e.value.status == "KILN_EINVAL"
+        assert c.ls() == before and len(before) == 1
+        assert c.gc(2**64 - 1)["removed_records"] == 0  # the largest size is kept as it is
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2**31, 2**32 + 4, True, 4.0, "4"])
+def test_build_refuses_jobs_outside_int_before_compiling(tmp_path: Path, bad) -> None:
+    with pytest.raises(kiln.KilnInvalidArgument, match="jobs"):
+        kiln.build(arch="90", kernels=UNIT, cache=str(tmp_path / "c"), jobs=bad)
+    assert not (tmp_path / "c" / "index.sqlite").exists() or kiln.Cache(str(tmp_path / "c")).ls() == []
+
+
+def test_cache_takes_str_bytes_and_pathlike_paths(tmp_path: Path) -> None:
+    for name, path in (("s", str(tmp_path / "s")), ("b", os.fsencode(tmp_path / "b")), ("p", tmp_path / "p")):
+        with kiln.Cache(path) as c:
+            assert c.dir == str(tmp_path / name)
+            c.stats()
+        assert (tmp_path / name / "index.sqlite").exists()
+    # a non-UTF-8 name, as os.fsencode gives it, reaches the file system unchanged
+    raw = os.fsencode(tmp_path) + b"/caf\xe9"
+    with kiln.Cache(raw):
+        pass
+    assert os.path.isdir(raw)
+    assert sorted(os.listdir(tmp_path)) == sorted(["b", "p", "s", os.fsdecode(b"caf\xe9")])
+    with kiln.Cache(str(tmp_path / "s"), layers=[os.fsencode(tmp_path / "b"), tmp_path / "p"]) as c:
+        assert c.stats()["layers"] == 2
+
+
+@pytest.mark.parametrize(
+    "bad, what",
+    [
+        ("{tmp}/a\0b", "NUL"),
+        (b"{tmp}/a\0b", "NUL"),
+        (123, "int"),
+        (12.5, "float"),
+        (["{tmp}/a"], "list"),
+        ("", "empty"),
+    ],
+)
+def test_cache_refuses_a_path_with_a_nul_or_not_a_path(tmp_path: Path, bad, what: str) -> None:
+    def fill(v: object) -> object:
+        if isinstance(v, str):
+            return v.replace("{tmp}", str(tmp_path))
+        if isinstance(v, bytes):
+            return v.replace(b"{tmp}", os.fsencode(tmp_path))
+        if isinstance(v, list):
+            return [fill(x) for x in v]
+        return v
+
+    bad = fill(bad)
+    cwd = os.getcwd()
+    os.chdir(tmp_path)  # Cache(123) used to open ./123
+    try:
+        with pytest.raises(kiln.KilnInvalidArgument, match=f"kiln.Cache: dir.*{what}") as e:
+            kiln.Cache(bad)
+        assert e.value.status == "KILN_EINVAL"
+        with pytest.raises(kiln.KilnInvalidArgument, match=f"kiln.Cache: layers.*{what}"):
+            kiln.Cache(str(tmp_path / "ok"), layers=[str(tmp_path / "ok2"), bad])
+        with pytest.raises(kiln.KilnInvalidArgument, match=f"kiln.build: cache.*{what}"):
+            kiln.build(arch="90", kernels=UNIT, cache=bad)
+        for fn in (kiln.probe, kiln.doctor):
+            with pytest.raises(kiln.KilnInvalidArgument, match=f"cache.*{what}"):
+                fn(cache=bad)
+    finally:
+        os.chdir(cwd)
+    assert os.listdir(tmp_path) == [], "a directory was made for a refused path"
+
+
+def test_cache_layers_must_be_a_list_of_paths_without_a_colon(tmp_path: Path) -> None:
+    with pytest.raises(kiln.KilnInvalidArgument, match="layers.*list"):
+        kiln.Cache(str(tmp_path / "c"), layers=str(tmp_path / "l"))  # once split into one layer per letter
+    with pytest.raises(kiln.KilnInvalidArgument, match="layers.*':'"):
+        kiln.Cache(str(tmp_path / "c"), layers=[str(tmp_path / "a:b")])
+
+
+def test_text_arguments_with_a_nul_are_refused(tmp_path: Path) -> None:
+    c = str(tmp_path / "c")
+    with pytest.raises(kiln.KilnInvalidArgument, match="arch.*NUL"):
+        kiln.build(arch="90\0junk", kernels=UNIT, cache=c)
+    with pytest.raises(kiln.KilnInvalidArgument, match="kernels.*NUL"):
+        kiln.build(arch="90", kernels=UNIT + "\0junk", cache=c)
+    with pytest.raises(kiln.KilnInvalidArgument, match="remote.*NUL"):
+        kiln.Cache(c, remote="file:///x\0y")
+    with pytest.raises(kiln.KilnInvalidArgument, match="kernels.*str"):
+        kiln.build(arch="90", kernels=b"scaled_softmax", cache=c)
 
 
 def test_closed_cache_raises(tmp_path: Path) -> None:

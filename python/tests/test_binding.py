@@ -454,3 +454,41 @@ def test_checker_reports_a_wrong_struct_field(headers: Headers, layouts: dict) -
     assert any(p.startswith("kiln_cache_options: fields ['ver'") for p in problems), problems
     # the real ones pass (the mutation, not the checker, is what fails)
     assert not check_structs([_lib.kiln_record, _lib.kiln_cache_options], headers, layouts)
+
+
+# ---- the argument checks every value goes through before it reaches C ------------
+
+
+def test_int_arg_takes_exactly_the_c_range_and_refuses_bool_float_str() -> None:
+    assert _lib.int_arg("n", 0, 0, _lib.UINT64_MAX) == 0
+    assert _lib.int_arg("n", 2**64 - 1, 0, _lib.UINT64_MAX) == 2**64 - 1
+    assert _lib.int_arg("n", 2**31 - 1) == 2**31 - 1
+    for bad, why in ((2**64, "outside"), (-1, "outside"), (2**31, "outside"), (True, "bool"), (1.0, "float"), ("1", "str")):
+        hi = _lib.UINT64_MAX if bad == 2**64 else _lib.INT_MAX
+        with pytest.raises(_lib.KilnInvalidArgument, match=f"^the n .*{why}") as e:
+            _lib.int_arg("the n", bad, 0, hi)
+        assert e.value.status == "KILN_EINVAL" and e.value.code == -1
+
+
+def test_positive_arg_refuses_zero_bool_inf_nan_and_huge_ints() -> None:
+    assert _lib.positive_arg("t", 2) == 2.0 and _lib.positive_arg("t", 0.5) == 0.5
+    for bad in (0, -1.0, True, float("inf"), float("nan"), 10**400, "5", None):
+        with pytest.raises(_lib.KilnInvalidArgument, match="^t "):
+            _lib.positive_arg("t", bad)
+
+
+def test_path_arg_takes_str_bytes_pathlike_and_refuses_nul_empty_and_others(tmp_path) -> None:
+    assert _lib.path_arg("p", "/a/b") == b"/a/b"
+    assert _lib.path_arg("p", b"/a/\xe9") == b"/a/\xe9"
+    assert _lib.path_arg("p", tmp_path) == os.fsencode(tmp_path)
+    assert _lib.path_arg("p", os.fsdecode(b"/a/\xe9")) == b"/a/\xe9"  # surrogateescape, as os.fsencode
+    for bad, why in (("/a\0b", "NUL"), (b"/a\0b", "NUL"), ("", "empty"), (123, "int"), (bytearray(b"/a"), "bytearray")):
+        with pytest.raises(_lib.KilnInvalidArgument, match=f"^p .*{why}"):
+            _lib.path_arg("p", bad)
+
+
+def test_text_arg_refuses_nul_and_non_str() -> None:
+    assert _lib.text_arg("s", "bias_*") == b"bias_*"
+    for bad, why in (("a\0b", "NUL"), (b"ab", "bytes"), (1, "int"), ("\udcff", "not valid text")):
+        with pytest.raises(_lib.KilnInvalidArgument, match=f"^s .*{why}"):
+            _lib.text_arg("s", bad)
