@@ -34,6 +34,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+import pytest
 import ranks
 
 PG_TIMEOUT_S = 10.0
@@ -81,6 +82,8 @@ def _worker(spec_path: str, rank: int) -> None:
             timeout=timedelta(seconds=spec.get("pg_timeout_s", PG_TIMEOUT_S)),
         )
     (out / f"{rank}.started").write_text(str(time.time()))
+    if spec.get("gone") == rank:  # gone before warmup: killed (say, by the OOM killer)
+        os.kill(os.getpid(), signal.SIGKILL)
     if spec["mode"] == "lease":  # no process group: start together through the files
         end = time.monotonic() + 60
         while time.monotonic() < end and not all((out / f"{r}.started").exists() for r in range(spec["size"])):
@@ -160,11 +163,13 @@ def run_job(
     kill_root_after_s: float | None = None,
     kill_signal: int = signal.SIGKILL,
     stop_when: int | None = None,
+    gone: int | None = None,
 ) -> dict[int, dict]:
     """Runs size ranks; returns {rank: its result, with "exited": when its
     process ended}. kill_root_after_s: send kill_signal to rank 0 that long
     after every rank has started. stop_when: return (killing the rest) once
-    that many processes have exited. Every process is gone when it returns."""
+    that many processes have exited. gone: that rank kills itself after
+    init_process_group, before warmup. Every process is gone when it returns."""
     tmp.mkdir(parents=True, exist_ok=True)
     out = tmp / "out"
     out.mkdir()
@@ -180,6 +185,7 @@ def run_job(
         "caches": caches,
         "store": str(tmp / "store"),
         "out": str(out),
+        "gone": gone,
     }
     (tmp / "spec.json").write_text(json.dumps(spec))
     procs = []
@@ -355,6 +361,23 @@ def test_a_root_killed_mid_build_fails_every_other_rank_with_a_peer_error(tmp_pa
         assert late <= timeout_s + 4, f"rank {r} failed {late:.1f} s after the kill: " + describe(res)
 
 
+def test_a_rank_killed_before_warmup_fails_the_others_with_a_peer_error_naming_it(tmp_path: Path) -> None:
+    # Default group: before kiln's own gloo group is made (new_group, which
+    # waited for it timeout_s + 60 s and raised torch's "Wait timeout"), the
+    # ranks check in through the default store, for at most timeout_s.
+    size = 3
+    timeout_s = 4.0
+    res = run_job(tmp_path, size, kernels="bias_gelu", heartbeat_ms=200, timeout_s=timeout_s, deadline_s=40, gone=2)
+    assert res[2]["ok"] is None, describe(res)  # the gone rank wrote nothing
+    for r in (0, 1):
+        assert res[r]["ok"] is False and res[r]["error"] == "KilnPeerError", describe(res)
+        assert res[r]["status"] == "KILN_EPEER", describe(res)
+        assert "rank 2 of the default process group (3 ranks) did not call warmup" in res[r]["message"], describe(res)
+        assert timeout_s - 0.5 <= res[r]["elapsed"] <= timeout_s + 3, describe(res)
+    for r in (0, 1):
+        assert not (tmp_path / f"cache{r}" / "index.sqlite").exists() or builds_in(str(tmp_path / f"cache{r}")) == []
+
+
 def test_a_hung_root_fails_every_other_rank_at_kiln_s_deadline(tmp_path: Path) -> None:
     # SIGSTOP: the root's sockets stay open, so no transport error comes; only
     # kiln's own deadline, which every wait polls, ends the others' wait.
@@ -488,6 +511,55 @@ def test_bad_arguments_raise_before_anything_is_built(tmp_path: Path) -> None:
         kd.warmup(arch=ARCH, kernels="no_such_unit*", cache=str(tmp_path / "c"))
     with kiln.Cache(str(tmp_path / "c")) as c:
         assert c.ls() == []
+
+
+@pytest.mark.parametrize(
+    "kwargs, what",
+    [
+        ({"timeout_s": True}, "timeout_s True"),
+        ({"timeout_s": float("inf")}, "timeout_s inf"),
+        ({"timeout_s": float("nan")}, "timeout_s nan"),
+        ({"timeout_s": 10**400}, "timeout_s 1000"),
+        ({"heartbeat_ms": True}, "heartbeat_ms True"),
+        ({"cache": "{tmp}/c\0d"}, "cache .*NUL"),
+        ({"cache": 123}, "cache must be a path.*int"),
+        ({"kernels": "bias_gelu\0x"}, "kernels .*NUL"),
+        ({"kernels": b"bias_gelu"}, "kernels must be a str"),
+        ({"arch": None, "device": True}, "device must be an integer, not bool"),
+        ({"arch": None, "device": 2**31}, "device 2147483648 is outside"),
+        ({"arch": None, "device": -1}, "device -1 is outside"),
+    ],
+)
+def test_bad_numbers_and_paths_are_invalid_arguments_naming_them(tmp_path: Path, kwargs: dict, what: str) -> None:
+    import kiln
+    import kiln.torch.dist as kd
+
+    args = {"arch": ARCH, "cache": str(tmp_path / "c")}
+    args.update(kwargs)
+    if isinstance(args["cache"], str):
+        args["cache"] = args["cache"].replace("{tmp}", str(tmp_path))
+    with pytest.raises(kiln.KilnInvalidArgument, match="kiln.torch.dist.warmup: " + what) as e:
+        kd.warmup(**args)
+    assert e.value.status == "KILN_EINVAL"
+    assert os.listdir(tmp_path) == [], "a cache was opened for a refused argument"
+
+
+def test_warmup_and_init_take_bytes_and_pathlike_caches(tmp_path: Path) -> None:
+    import kiln
+    import kiln.torch as kt
+    import kiln.torch.dist as kd
+
+    raw = os.fsencode(tmp_path) + b"/caf\xe9"
+    for cache in (raw, tmp_path / "p"):
+        rep = kd.warmup(arch=ARCH, kernels="bias_gelu", cache=cache, timeout_s=60)
+        assert rep.missing == 1 and rep.compiled == 1
+        with kiln.Cache(cache) as c:
+            assert [r.unit for r in c.ls()] == ["bias_gelu"]
+    assert sorted(os.listdir(tmp_path)) == sorted([os.fsdecode(b"caf\xe9"), "p"])
+    with pytest.raises(kiln.KilnInvalidArgument, match="kiln.torch.init: device must be an integer, not bool"):
+        kt.init(device=True)
+    with pytest.raises(kiln.KilnInvalidArgument, match="kiln.torch.init: kernels .*NUL"):
+        kt.init(device=0, kernels="bias_gelu\0x")
 
 
 if __name__ == "__main__" and len(sys.argv) == 4 and sys.argv[1] == "--worker":

@@ -18,7 +18,7 @@ from ctypes import byref
 import torch
 
 from kiln import _lib
-from kiln._lib import lib, text
+from kiln._lib import int_arg, lib, text, text_arg
 from kiln.api import check as _check_status
 from kiln.torch import _runtime
 from kiln.torch.ops import (
@@ -48,7 +48,12 @@ def init(
     CUDA graphs: an op never loads or builds during a capture. Returns
     {unit: where it came from} ("exact CUBIN", "PTX JIT", "built", ...).
     ``offline`` True: never build (KILN_OFFLINE). Raises KilnDriverError
-    without a usable GPU, KilnNotFound when nothing can be loaded offline."""
+    without a usable GPU, KilnNotFound when nothing can be loaded offline,
+    KilnInvalidArgument (naming it) for a ``device`` int outside [0, 2**31-1]
+    or a bool, a ``kernels`` that is not a str or holds a NUL."""
+    if device is not None and not isinstance(device, (str, torch.device)):
+        device = int_arg("kiln.torch.init: device", device)
+    kern = text_arg("kiln.torch.init: kernels", kernels) if kernels is not None else None
     if device is None:
         d = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     else:
@@ -58,8 +63,8 @@ def init(
     if kernels is not None or offline is not None:
         opts = _lib.kiln_loader_options()
         _check_status(lib.kiln_loader_options_init(byref(opts), _lib.STRUCT_VERSIONS["kiln_loader_options"]))
-        if kernels is not None:
-            opts.kernels = kernels.encode()
+        if kern is not None:
+            opts.kernels = kern
         if offline is not None:
             opts.offline = 1 if offline else 0
     h = _runtime.loader(dev, opts)

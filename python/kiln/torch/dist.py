@@ -23,7 +23,12 @@ exception from torch KILN_EPEER with its text (kiln_comm_error).
 
 By default kiln uses a gloo group of its own over the default group's ranks
 (made once with ``dist.new_group(backend="gloo")``, on first use, and kept),
-so NCCL's watchdog never sees kiln's traffic. docs/python.md has the API.
+so NCCL's watchdog never sees kiln's traffic. Before it is made, every rank
+checks in through the default group's store and waits at most the silence
+limit for the others: a rank that is gone (exited, killed, stuck before
+warmup) makes the rest raise KilnPeerError naming it, where new_group would
+wait out its own timeout and raise torch's "Wait timeout". docs/python.md has
+the API.
 """
 
 from __future__ import annotations
@@ -39,9 +44,9 @@ from datetime import timedelta
 import torch
 
 from kiln import _lib
-from kiln._lib import KILN_ENV, lib, text
-from kiln.api import Cache, parse_targets
-from kiln.errors import KilnDriverError, KilnInvalidArgument, KilnNotFound, error_for
+from kiln._lib import KILN_ENV, int_arg, lib, path_arg, positive_arg, text, text_arg
+from kiln.api import Cache, PathArg, parse_targets
+from kiln.errors import KilnDriverError, KilnInvalidArgument, KilnNotFound, KilnPeerError, error_for
 from kiln.torch import _runtime
 
 KILN_OK = 0
@@ -59,6 +64,10 @@ _POLL_GROWTH = 1.5
 # kiln's deadline (which every wait polls) always comes first.
 _GROUP_TIMEOUT_MARGIN_S = 60.0
 _DEFAULT_BUILD_TIMEOUT_S = 1800.0
+# The check-in before new_group polls the default store (a file or TCP
+# store), from 10 ms up to 100 ms between looks.
+_CHECKIN_POLL_FIRST_S = 0.010
+_CHECKIN_POLL_MAX_S = 0.100
 
 
 @dataclass
@@ -257,8 +266,10 @@ def _forget_group(group: object) -> None:
 
 
 def _silence_limit(timeout_s: float | None) -> float:
-    if isinstance(timeout_s, (int, float)) and timeout_s > 0:
-        return float(timeout_s)
+    try:  # a bad timeout_s is refused after the group is made, on every rank alike
+        return positive_arg("timeout_s", timeout_s)
+    except KilnInvalidArgument:
+        pass
     try:
         v = float(os.environ.get("KILN_BUILD_TIMEOUT", "") or _DEFAULT_BUILD_TIMEOUT_S)
         return v if v > 0 else _DEFAULT_BUILD_TIMEOUT_S
@@ -273,13 +284,81 @@ def _default_group(timeout_s: float | None) -> object:
     decides; a warmup with a longer silence limit makes another one."""
     import torch.distributed as dist
 
-    limit = _silence_limit(timeout_s) + _GROUP_TIMEOUT_MARGIN_S
+    silence = _silence_limit(timeout_s)
+    limit = silence + _GROUP_TIMEOUT_MARGIN_S
     key = (id(dist.group.WORLD), limit)
     g = _groups.get(key)
     if g is None:
-        g = dist.new_group(backend="gloo", timeout=timedelta(seconds=limit))
+        _check_in(silence)
+        try:
+            g = dist.new_group(backend="gloo", timeout=timedelta(seconds=limit))
+        except RuntimeError as e:  # a rank went away between the check-in and here
+            raise KilnPeerError(
+                f"kiln.torch.dist.warmup: making kiln's gloo group over the default group failed "
+                f"(a rank left after every rank had called warmup): {e}",
+                status="KILN_EPEER",
+                code=KILN_EPEER,
+            ) from e
         _groups[key] = g
     return g
+
+
+# how many check-ins this process has made: the same count on every rank, as
+# every rank calls warmup with the same arguments
+_checkins = 0
+
+
+def _check_in(limit_s: float) -> None:
+    """Every rank of the default group sets its key in the default group's
+    store, then waits at most limit_s for every other rank's. The outcome is
+    decided once, by the store's compare_set: "go" by the first rank that
+    sees every key, or the missing ranks by the first whose deadline passes;
+    every rank follows it, so no rank goes on into new_group (a collective)
+    while another gives up. KilnPeerError naming the missing ranks when they
+    did not come."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    global _checkins
+    get_store = getattr(c10d, "_get_default_store", None)
+    if get_store is None:  # a torch without it: new_group's own wait decides
+        return
+    store = get_store()
+    rank, size = dist.get_rank(), dist.get_world_size()
+    _checkins += 1
+    prefix = f"kiln/warmup/checkin/{_checkins}/"
+    keys = [f"{prefix}{r}" for r in range(size)]
+    verdict_key = prefix + "verdict"
+    store.set(keys[rank], "1")
+    deadline = time.monotonic() + limit_s
+    sleep = _CHECKIN_POLL_FIRST_S
+    while True:
+        if store.check([verdict_key]):
+            verdict = bytes(store.get(verdict_key)).decode()
+            break
+        if store.check(keys):
+            verdict = bytes(store.compare_set(verdict_key, "", "go")).decode()
+            break
+        now = time.monotonic()
+        if now >= deadline:
+            missing = [r for r in range(size) if not store.check([keys[r]])]
+            decided = ",".join(map(str, missing)) if missing else "go"
+            verdict = bytes(store.compare_set(verdict_key, "", decided)).decode()
+            break
+        time.sleep(min(sleep, deadline - now))
+        sleep = min(sleep * 1.5, _CHECKIN_POLL_MAX_S)
+    if verdict == "go":
+        return
+    missing = [int(r) for r in verdict.split(",")]
+    who = ("rank " if len(missing) == 1 else "ranks ") + ", ".join(map(str, missing))
+    late = " (this one, too late: the others gave up)" if rank in missing else ""
+    raise KilnPeerError(
+        f"kiln.torch.dist.warmup: {who} of the default process group ({size} ranks) did not "
+        f"call warmup within {limit_s:.1f} s{late}: gone (exited, killed) or stuck before it; "
+        "every rank must call warmup. Nothing was built",
+        status="KILN_EPEER",
+        code=KILN_EPEER,
+    )
 
 
 # ---- warmup ----------------------------------------------------------------------------
@@ -333,7 +412,7 @@ def warmup(
     kernels: str | None = None,
     heartbeat_ms: float | None = None,
     timeout_s: float | None = None,
-    cache: str | Cache | None = None,
+    cache: PathArg | Cache | None = None,
     device: int | str | torch.device | None = None,
 ) -> WarmupReport:
     """Builds what any rank of the job lacks once, on rank 0 of ``group``,
@@ -358,7 +437,9 @@ def warmup(
     ``heartbeat_ms``: the status frame period (None: KILN_HEARTBEAT_MS, 500);
     ``timeout_s``: the silence limit, after which a root that sent no frame
     fails the job (None: KILN_BUILD_TIMEOUT, 1800); the heartbeat must be
-    at most half of it. ``cache``: a directory or an open kiln.Cache (None:
+    at most half of it. Both are finite numbers > 0 (not bool), ``device``
+    an int in [0, 2**31-1], a str or a torch.device. ``cache``: a path (str,
+    bytes or os.PathLike, as kiln.Cache takes it) or an open kiln.Cache (None:
     KILN_CACHE_DIR / the default cache); for a load, the directory of the
     device's loader, which must not be open yet when ``cache``, ``kernels``,
     ``heartbeat_ms`` or ``timeout_s`` is given. With a remote cache
@@ -370,7 +451,10 @@ def warmup(
     (unit, target and NVRTC's log tail) when the build failed,
     KilnMismatchError when ranks run different kiln builds or
     KILN_NVRTC_OPTIONS or would load different code, KilnPeerError when
-    another rank failed or the root went silent past ``timeout_s``. A rank
+    another rank failed or the root went silent past ``timeout_s``, or (the
+    default group) when a rank never called warmup within ``timeout_s``
+    (gone before it: the message names the missing ranks).
+    KilnInvalidArgument, naming it, for a bad argument. A rank
     whose own set-up fails (its cache or GPU does not open, a bad argument)
     raises its own error, after telling the others (kiln_coord_fail), who
     raise KilnPeerError at once.
@@ -386,17 +470,18 @@ def warmup(
     try:
         timeout = hb = float(KILN_ENV)
         try:
-            for name, v in (("heartbeat_ms", heartbeat_ms), ("timeout_s", timeout_s)):
-                if v is not None and not (isinstance(v, (int, float)) and v > 0):
-                    raise KilnInvalidArgument(
-                        f"kiln.torch.dist.warmup: {name} {v!r} is not a number > 0",
-                        status="KILN_EINVAL",
-                        code=-1,
-                    )
-            hb = float(heartbeat_ms) / 1e3 if heartbeat_ms is not None else float(KILN_ENV)
-            timeout = float(timeout_s) if timeout_s is not None else float(KILN_ENV)
+            what = "kiln.torch.dist.warmup:"
+            if heartbeat_ms is not None:
+                hb = positive_arg(f"{what} heartbeat_ms", heartbeat_ms) / 1e3
+            if timeout_s is not None:
+                timeout = positive_arg(f"{what} timeout_s", timeout_s)
             if kernels is not None:
+                text_arg(f"{what} kernels", kernels)
                 _check_kernels(kernels)
+            if cache is not None and not isinstance(cache, Cache):
+                cache = path_arg(f"{what} cache", cache)
+            if device is not None and not isinstance(device, (str, torch.device)):
+                device = int_arg(f"{what} device", device)
         except BaseException as e:
             raise _cannot_start(comm, timeout, e)
         if arch is not None:
@@ -421,7 +506,7 @@ def _fill(
     kernels: str | None,
     heartbeat_s: float,
     timeout_s: float,
-    cache: str | Cache | None,
+    cache: bytes | Cache | None,
     keep: list[object],
 ) -> WarmupReport:
     own = not isinstance(cache, Cache)
@@ -467,13 +552,13 @@ def _load(
     kernels: str | None,
     heartbeat_s: float,
     timeout_s: float,
-    cache: str | Cache | None,
+    cache: bytes | Cache | None,
     keep: list[object],
 ) -> WarmupReport:
     try:
         dev = _device_ordinal(device)
         if isinstance(cache, Cache):
-            cache = cache.dir
+            cache = path_arg("kiln.torch.dist.warmup: cache", cache.dir)
         wanted = (cache, kernels, heartbeat_s, timeout_s)
         custom = wanted != (None, None, float(KILN_ENV), float(KILN_ENV))
         if dev in _runtime._loaders and custom and _opened_with.get(dev) != wanted:
@@ -491,7 +576,7 @@ def _load(
             if cache is not None:
                 co = _lib.kiln_cache_options()
                 _raise_status(lib.kiln_cache_options_init(byref(co), _lib.STRUCT_VERSIONS["kiln_cache_options"]))
-                co.dir = str(cache).encode()
+                co.dir = cache  # bytes: path_arg's
                 keep.append(co)
                 opts.cache = ctypes.pointer(co)
             if kernels is not None:
