@@ -1,7 +1,9 @@
 """kiln without torch (kiln/api.py): kiln.build into a cache, the KilnError
 exceptions with kiln's own messages, kiln.Cache's ls/stats/verify/gc,
 kiln.probe() and kiln.doctor() as `kiln probe|doctor --json` print them, and
-`python -m kiln`.
+`python -m kiln`; and what the package refuses before C sees it: sizes and
+counts outside the C type (gc(2**64) once emptied the cache), paths that are
+not str/bytes/os.PathLike or hold a NUL, strings with a NUL.
 
 One unit (scaled_softmax) for one target (sm_90) is compiled once per module
 (NVRTC: a few seconds); tests that change a cache work on a copy of it.

@@ -18,7 +18,11 @@ interpreter, by hand.)
   mid-build (KilnPeerError within the builder timeout), a compile error
   (KilnCompileError, one message), different KILN_NVRTC_OPTIONS
   (KilnMismatchError), a rank whose cache does not open (its own error
-  there, KilnPeerError at once on the others).
+  there, KilnPeerError at once on the others), a rank killed before warmup
+  (with the default group: KilnPeerError naming it within timeout_s, from
+  the store check-in before kiln's group is made).
+- Bad arguments (numbers, devices, paths, NUL bytes) are
+  KilnInvalidArgument naming them; bytes and os.PathLike caches work.
 - Without a process group (torchrun before init_process_group), processes
   sharing a cache directory build each key once through the cache's leases.
 """
