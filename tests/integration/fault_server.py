@@ -263,19 +263,16 @@ class Handler(BaseHTTPRequestHandler):
     def do_HEAD(self):
         self._get(False)
 
-    def do_POST(self):
+    def _proxy_only(self):
+        """POST and DELETE: forwarded by a proxy; a file server has neither."""
         mode = self._common()
         if mode is not None and self.server.state.upstream:
             self._proxy(mode)
         elif mode is not None:
-            self._answer(405, b"no POST here\n")
+            self._answer(405, ("no %s here\n" % self.command).encode())
 
-    def do_DELETE(self):
-        mode = self._common()
-        if mode is not None and self.server.state.upstream:
-            self._proxy(mode)
-        elif mode is not None:
-            self._answer(405, b"no DELETE here\n")
+    do_POST = _proxy_only
+    do_DELETE = _proxy_only
 
     def do_PUT(self):
         mode = self._common()

@@ -102,19 +102,27 @@ EOF
     >"$d/weed.log" 2>&1 &
   WEED_PID=$!
   S3_ENDPOINT=http://127.0.0.1:$sp
-  wait_for 60 "SeaweedFS's S3 port to answer" \
-    bash -c "[[ \$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 $S3_ENDPOINT/) != 000 ]]" ||
-    die "SeaweedFS did not start: $(tail -5 "$d/weed.log")"
+  http_up "SeaweedFS's S3 port" "$S3_ENDPOINT/" "$d/weed.log" 60
+}
+
+# bg_stop VAR: stops (SIGTERM) the server whose pid $VAR holds, once.
+bg_stop() {
+  [[ -n ${!1} ]] || return 0
+  kill -TERM "${!1}" 2>/dev/null
+  wait "${!1}" 2>/dev/null || true
+  printf -v "$1" '%s' ''
+}
+
+# http_up WHAT URL LOG SECONDS: waits until URL answers at all, else dies
+# with LOG's tail.
+http_up() {
+  wait_for "$4" "$1 to answer" \
+    bash -c "[[ \$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 $2) != 000 ]]" ||
+    die "$1 did not start: $(tail -5 "$3")"
 }
 
 RCLONE_PID=
-rclone_stop() {
-  [[ -n $RCLONE_PID ]] || return 0
-  kill -TERM "$RCLONE_PID" 2>/dev/null
-  wait "$RCLONE_PID" 2>/dev/null || true
-  RCLONE_PID=
-  return 0
-}
+rclone_stop() { bg_stop RCLONE_PID; }
 at_exit rclone_stop
 
 rclone_start() {
@@ -129,21 +137,12 @@ rclone_start() {
     "$RCLONE_DATA" >"$d/rclone.log" 2>&1 &
   RCLONE_PID=$!
   S3_ENDPOINT=http://127.0.0.1:$port
-  wait_for 30 "rclone's S3 port to answer" \
-    bash -c "[[ \$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 $S3_ENDPOINT/) != 000 ]]" ||
-    die "rclone serve s3 did not start: $(tail -5 "$d/rclone.log")"
+  http_up "rclone serve s3" "$S3_ENDPOINT/" "$d/rclone.log" 30
 }
 
 MOTO_PID=
-moto_stop() {
-  [[ -n $MOTO_PID ]] || return 0
-  kill -TERM "$MOTO_PID" 2>/dev/null
-  wait "$MOTO_PID" 2>/dev/null || true
-  MOTO_PID=
-  return 0
-}
+moto_stop() { bg_stop MOTO_PID; }
 at_exit moto_stop
-
 
 moto_start() {
   local d=$T/$1 port
@@ -153,9 +152,7 @@ moto_start() {
   INITIAL_NO_AUTH_ACTION_COUNT=5 "$MOTO" -H 127.0.0.1 -p "$port" >"$d/moto.log" 2>&1 &
   MOTO_PID=$!
   S3_ENDPOINT=http://127.0.0.1:$port
-  wait_for 60 "moto to answer" \
-    bash -c "[[ \$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 $S3_ENDPOINT/moto-api/) != 000 ]]" ||
-    die "moto did not start: $(tail -5 "$d/moto.log")"
+  http_up moto "$S3_ENDPOINT/moto-api/" "$d/moto.log" 60
   MOTO_DIR=$d
   timeout 60 "$(dirname "$MOTO")/python" "$S3_LIB_DIR/moto_setup.py" "$S3_ENDPOINT" setup "$d" "$2" ||
     die "moto_setup.py failed: $(tail -5 "$d/moto.log")"
@@ -175,13 +172,7 @@ moto_auth_free() {
 }
 
 PROXY_PID=
-fault_proxy_stop() {
-  [[ -n $PROXY_PID ]] || return 0
-  kill -TERM "$PROXY_PID" 2>/dev/null
-  wait "$PROXY_PID" 2>/dev/null || true
-  PROXY_PID=
-  return 0
-}
+fault_proxy_stop() { bg_stop PROXY_PID; }
 at_exit fault_proxy_stop
 
 fault_proxy_start() {
