@@ -237,3 +237,34 @@ masked() {
     export PATH
     exec "$@"' masked "${#HIDE[@]}" "${#HIDE_ENV[@]}" "${HIDE[@]}" "${HIDE_ENV[@]}" "$@"
 }
+
+# writer_cache BASE DIR: a cache of its own for a concurrent writer: BASE's
+# index copied (a build writes it), its blobs hard-linked (immutable and
+# content-addressed: an upload only reads them).
+writer_cache() {
+  mkdir -m 700 "$2"
+  cp -a "$1/index.sqlite" "$1/tmp" "$1/quarantine" "$2/"
+  cp -al "$1/cas" "$2/cas"
+}
+
+# gate_start N FN: N processes running `FN i` (i = 0..N-1), each held at a
+# gate until every one has started, then released at once. Their pids go to
+# GATE_PIDS (and BG_PIDS), the release's time to GATE_T0 ($EPOCHREALTIME).
+gate_start() {
+  local i gate
+  GATE_PIDS=()
+  exec {gate}>"$T/.gate"
+  flock -x "$gate"
+  for ((i = 0; i < $1; i++)); do
+    (
+      exec {gate}>&-
+      timeout 60 flock -s "$T/.gate" true || exit 99
+      "$2" "$i"
+    ) &
+    GATE_PIDS+=($!)
+    BG_PIDS+=($!)
+  done
+  sleep 0.3 # every process is waiting at the gate
+  GATE_T0=$EPOCHREALTIME
+  exec {gate}>&-
+}

@@ -344,29 +344,19 @@ mkdir "$T/R16" "$T/R1"
 for ((i = 0; i < WRITERS; i++)); do
   # a cache of its own: the index (which a build writes) copied, the blobs (immutable,
   # content-addressed: an upload only reads them) hard links: 16 x 25 MB not written
-  mkdir -m 700 "$T/w$i"
-  cp -a "$T/base/index.sqlite" "$T/base/tmp" "$T/base/quarantine" "$T/w$i/"
-  cp -al "$T/base/cas" "$T/w$i/cas"
+  writer_cache "$T/base" "$T/w$i"
   l=${#LETTERS[@]} s=$((i % ${#LETTERS[@]})) a=$((i % 4))
   GLOBS[i]="[${LETTERS[s]}${LETTERS[(s + 1) % l]}${LETTERS[(s + 2) % l]}]*"
   WARCH[i]="${ARCHES[a]},${ARCHES[(a + 1) % 4]}"
 done
-pids=()
-exec {gate}>"$T/gate"
-flock -x "$gate" # the writers wait for it to be released, to start at once
-for ((i = 0; i < WRITERS; i++)); do
-  (
-    exec {gate}>&-
-    timeout 60 flock -s "$T/gate" true || exit 99
-    exec timeout -k 10 "$IT_TIMEOUT" "$KILN_BIN" build --arch "${WARCH[i]}" --kernels "${GLOBS[i]}" \
-      --cache "$T/w$i" --remote "file://$T/R16" --upload --json >"$T/w$i.json" 2>"$T/w$i.err"
-  ) &
-  pids+=($!)
-  BG_PIDS+=($!)
-done
-sleep 0.3 # every writer is waiting at the gate
-t0=$(now)
-exec {gate}>&-
+writer() {
+  exec timeout -k 10 "$IT_TIMEOUT" "$KILN_BIN" build --arch "${WARCH[$1]}" --kernels "${GLOBS[$1]}" \
+    --cache "$T/w$1" --remote "file://$T/R16" --upload --json >"$T/w$1.json" 2>"$T/w$1.err"
+}
+gate_start "$WRITERS" writer
+pids=("${GATE_PIDS[@]}")
+t0=${GATE_T0/./}
+t0=${t0:0:-4} # centiseconds, as now()
 for ((i = 0; i < WRITERS; i++)); do
   rc=0
   wait "${pids[i]}" || rc=$?

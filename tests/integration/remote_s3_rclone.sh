@@ -50,26 +50,15 @@ N_DIGESTS=$(cut -d' ' -f2 "$T/expect" | sort -u | wc -l)
 
 # ---- 1. 8 uploaders at once ----
 for ((i = 0; i < WRITERS; i++)); do
-  mkdir -m 700 "$T/w$i"
-  cp -a "$T/base/index.sqlite" "$T/base/tmp" "$T/base/quarantine" "$T/w$i/"
-  cp -al "$T/base/cas" "$T/w$i/cas"
+  writer_cache "$T/base" "$T/w$i"
 done
-pids=()
-exec {gate}>"$T/gate"
-flock -x "$gate" # the writers wait for it to be released, to start at once
-for ((i = 0; i < WRITERS; i++)); do
-  (
-    exec {gate}>&-
-    timeout 60 flock -s "$T/gate" true || exit 99
-    exec timeout -k 10 "$IT_TIMEOUT" "$KILN_BIN" build --arch "$ARCH" --kernels '*' \
-      --cache "$T/w$i" --remote "$URL" --upload --json >"$T/w$i.json" 2>"$T/w$i.err"
-  ) &
-  pids+=($!)
-  BG_PIDS+=($!)
-done
-sleep 0.3 # every writer is waiting at the gate
-t0=$EPOCHREALTIME
-exec {gate}>&-
+writer() {
+  exec timeout -k 10 "$IT_TIMEOUT" "$KILN_BIN" build --arch "$ARCH" --kernels '*' \
+    --cache "$T/w$1" --remote "$URL" --upload --json >"$T/w$1.json" 2>"$T/w$1.err"
+}
+gate_start "$WRITERS" writer
+pids=("${GATE_PIDS[@]}")
+t0=$GATE_T0
 for ((i = 0; i < WRITERS; i++)); do
   rc=0
   wait "${pids[i]}" || rc=$?
