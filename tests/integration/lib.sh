@@ -268,3 +268,12 @@ gate_start() {
   GATE_T0=$EPOCHREALTIME
   exec {gate}>&-
 }
+
+# free_ports N: N free TCP ports of 127.0.0.1 (bound together, so distinct).
+free_ports() {
+  python3 -c 'import socket, sys
+ss = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in ss))
+for s in ss: s.close()' "$1"
+}

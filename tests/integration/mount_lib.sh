@@ -117,14 +117,6 @@ fuse_start() {
   log "$name: $mnt mounted, mountinfo type $MOUNT_FSTYPE"
 }
 
-free_port() {
-  python3 -c 'import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])
-s.close()'
-}
-
 # start_sshd: an sshd of the test's own on 127.0.0.1 (once per test), accepting
 # the key $SSHD_KEY for the current user; sets SSHD_PORT.
 start_sshd() {
@@ -144,7 +136,7 @@ start_sshd() {
   cp "$d/client_key.pub" "$d/authorized_keys"
   SSHD_KEY=$d/client_key
   for _ in 1 2 3; do # a free port can be taken between the probe and sshd's bind
-    SSHD_PORT=$(free_port)
+    SSHD_PORT=$(free_ports 1)
     cat >"$d/sshd_config" <<EOF
 Port $SSHD_PORT
 ListenAddress 127.0.0.1

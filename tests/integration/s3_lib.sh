@@ -56,14 +56,6 @@ WEED=$(s3_find weed IT_WEED)
 RCLONE=$(s3_find rclone IT_RCLONE)
 MOTO=$(s3_find moto_server IT_MOTO)
 S3_LIB_DIR=$(dirname "$(realpath "${BASH_SOURCE[0]}")")
-# free_ports N: N free TCP ports of 127.0.0.1
-free_ports() {
-  python3 -c 'import socket, sys
-ss = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in ss))
-for s in ss: s.close()' "$1"
-}
 
 WEED_PID=
 WEED_PORTS=()
