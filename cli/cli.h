@@ -24,6 +24,7 @@ typedef struct warmup_ranks_opts {
   int offline, json, device; /* device -1: the rank's local rank modulo the devices */
   double timeout_s;          /* KILN_ENV: KILN_BUILD_TIMEOUT */
   double heartbeat_s;        /* KILN_ENV: KILN_HEARTBEAT_MS */
+  double peer_timeout_s;     /* KILN_ENV: KILN_PEER_TIMEOUT */
 } warmup_ranks_opts;
 int warmup_ranks(const warmup_ranks_opts *o);
 

@@ -12,7 +12,8 @@ static const char *usage =
     "usage: kiln warmup [--device N|all] [--kernels GLOB] [--verify] [--cache DIR] [--offline]\n"
     "                   [--json]\n"
     "       kiln warmup --comm single|mpi [--arch LIST] [--device N] [--kernels GLOB]\n"
-    "                   [--cache DIR] [--offline] [--heartbeat MS] [--timeout S] [--json]\n"
+    "                   [--cache DIR] [--offline] [--heartbeat MS] [--timeout S]\n"
+    "                   [--peer-timeout S] [--json]\n"
     "       kiln warmup --arch LIST [...]   (as --comm single)\n"
     "\n"
     "Resolves and loads every kernel unit for the local GPU(s), as a training\n"
@@ -51,8 +52,13 @@ static const char *usage =
     "  --device N      with --comm: the device (default: the rank's local rank\n"
     "                  modulo the devices)\n"
     "  --heartbeat MS  status frame period (default KILN_HEARTBEAT_MS or 500)\n"
-    "  --timeout S     fail with KILN_EPEER when rank 0 sends no frame for this\n"
-    "                  long (default KILN_BUILD_TIMEOUT or 1800)\n"
+    "  --timeout S     the builder timeout: the longest wait for the first\n"
+    "                  exchange and for rank 0's whole build (default\n"
+    "                  KILN_BUILD_TIMEOUT or 1800)\n"
+    "  --peer-timeout S  once under way, fail with KILN_EPEER naming rank 0 when\n"
+    "                  it sends no status frame for this long (at least two\n"
+    "                  heartbeats; default KILN_PEER_TIMEOUT, else 10 s or 20\n"
+    "                  heartbeats, whichever is longer)\n"
     "  -h, --help      this help\n"
     "\n"
     "Exit status: 0 when every unit loaded (and verified) or the cache was\n"
@@ -160,8 +166,18 @@ out:
 }
 
 /* Checks the multi-rank options, then runs warmup_ranks. */
+/* A seconds flag's value: > 0, at most 7 days. */
+static int seconds_arg(const char *flag, const char *v, double *out) {
+  char *end = NULL;
+  double s = strtod(v, &end);
+  if (!*v || *end || !(s > 0) || s > 7 * 24 * 3600.0)
+    return cli_usage_error("warmup", "%s '%s': seconds, > 0 and at most 604800 (7 days)", flag, v);
+  *out = s;
+  return EXIT_OK;
+}
+
 static int ranks_main(warmup_ranks_opts *ro, int verify, const char *device, const char *heartbeat,
-                      const char *timeout) {
+                      const char *timeout, const char *peer_timeout) {
   char *end = NULL;
   if (!ro->comm) ro->comm = "single";
   if (ro->arch) { /* bad targets are bad usage, found before any rank starts */
@@ -187,27 +203,30 @@ static int ranks_main(warmup_ranks_opts *ro, int verify, const char *device, con
       return cli_usage_error("warmup", "--heartbeat '%s': milliseconds in [10, 60000]", heartbeat);
     ro->heartbeat_s = ms / 1e3;
   }
-  if (timeout) {
-    double s = strtod(timeout, &end);
-    if (!*timeout || *end || !(s > 0) || s > 7 * 24 * 3600.0)
-      return cli_usage_error("warmup", "--timeout '%s': seconds, > 0 and at most 604800 (7 days)",
-                             timeout);
-    ro->timeout_s = s;
-  }
+  if (timeout && seconds_arg("--timeout", timeout, &ro->timeout_s) != EXIT_OK) return EXIT_USAGE;
+  if (peer_timeout && seconds_arg("--peer-timeout", peer_timeout, &ro->peer_timeout_s) != EXIT_OK)
+    return EXIT_USAGE;
   return warmup_ranks(ro);
 }
 
 int cmd_warmup(int argc, char **argv) {
-  static const struct option longs[] = {
-      {"device", required_argument, 0, 'd'},  {"verify", no_argument, 0, 'v'},
-      {"cache", required_argument, 0, 'c'},   {"offline", no_argument, 0, 'o'},
-      {"json", no_argument, 0, 'J'},          {"help", no_argument, 0, 'h'},
-      {"kernels", required_argument, 0, 'k'}, {"comm", required_argument, 0, 'C'},
-      {"arch", required_argument, 0, 'a'},    {"heartbeat", required_argument, 0, 'B'},
-      {"timeout", required_argument, 0, 'T'}, {0, 0, 0, 0}};
+  static const struct option longs[] = {{"device", required_argument, 0, 'd'},
+                                        {"verify", no_argument, 0, 'v'},
+                                        {"cache", required_argument, 0, 'c'},
+                                        {"offline", no_argument, 0, 'o'},
+                                        {"json", no_argument, 0, 'J'},
+                                        {"help", no_argument, 0, 'h'},
+                                        {"kernels", required_argument, 0, 'k'},
+                                        {"comm", required_argument, 0, 'C'},
+                                        {"arch", required_argument, 0, 'a'},
+                                        {"heartbeat", required_argument, 0, 'B'},
+                                        {"timeout", required_argument, 0, 'T'},
+                                        {"peer-timeout", required_argument, 0, 'P'},
+                                        {0, 0, 0, 0}};
   warm_opts w = {NULL, NULL, 0, 0, 0};
-  warmup_ranks_opts ro = {.device = -1, .timeout_s = KILN_ENV, .heartbeat_s = KILN_ENV};
-  const char *device = "all", *heartbeat = NULL, *timeout = NULL;
+  warmup_ranks_opts ro = {
+      .device = -1, .timeout_s = KILN_ENV, .heartbeat_s = KILN_ENV, .peer_timeout_s = KILN_ENV};
+  const char *device = "all", *heartbeat = NULL, *timeout = NULL, *peer_timeout = NULL;
   int device_set = 0;
   json_t *arr = json_array();
   kiln_status st;
@@ -223,6 +242,7 @@ int cmd_warmup(int argc, char **argv) {
     case 'a': ro.arch = optarg; break;
     case 'B': heartbeat = optarg; break;
     case 'T': timeout = optarg; break;
+    case 'P': peer_timeout = optarg; break;
     case 'v': w.verify = 1; break;
     case 'c':
       if (cli_cache_arg("warmup", optarg, &w.dir)) {
@@ -256,7 +276,7 @@ int cmd_warmup(int argc, char **argv) {
     ro.offline = w.offline;
     ro.json = w.json;
     json_decref(arr);
-    return ranks_main(&ro, w.verify, device_set ? device : NULL, heartbeat, timeout);
+    return ranks_main(&ro, w.verify, device_set ? device : NULL, heartbeat, timeout, peer_timeout);
   }
   if (heartbeat || timeout) {
     json_decref(arr);

@@ -110,6 +110,7 @@ static kiln_status load_here(const warmup_ranks_opts *o, const kiln_comm *c, jso
   lo.kernels = o->kernels;
   lo.build_timeout_s = o->timeout_s;
   lo.heartbeat_s = o->heartbeat_s;
+  lo.peer_timeout_s = o->peer_timeout_s;
   if ((st = kiln_loader_open(&l, &lo)) != KILN_OK) {
     st = cannot_start(c, o->timeout_s, st, err, cap);
     goto out;
@@ -166,6 +167,7 @@ static kiln_status fill_here(const warmup_ranks_opts *o, const kiln_comm *c, jso
   co.kernels = o->kernels;
   co.timeout_s = o->timeout_s;
   co.heartbeat_s = o->heartbeat_s;
+  co.peer_timeout_s = o->peer_timeout_s;
   co.offline = o->offline ? 1 : KILN_ENV;
   if (c->rank == 0 && !o->json) {
     co.progress = show_progress;

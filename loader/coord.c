@@ -121,6 +121,7 @@ static kiln_status final_check(coord_run *r, kiln_status local_rc, const char *e
   }
   free(need);
   put_fp(buf + COORD_OFF_FP, fp);
+  r->peer = 0; /* each rank loaded what it got first: the builder timeout */
   KILN_CHECK(kiln_coord_collective(r, 0, buf, sizeof buf, "fingerprint of the artifacts"));
   if (buf[COORD_OFF_FAILED]) {
     rc = kiln_coord_someone_failed(r, rc, err, "storing or loading the artifacts");
@@ -239,11 +240,28 @@ kiln_status kiln_coord_defaults(coord_params *p) {
   KILN_CHECK(kiln_option_seconds(&p->timeout_s, p->timeout_s, KILN_P_build_timeout_s, "timeout_s"));
   KILN_CHECK(kiln_option_int(&p->jobs, p->jobs, KILN_P_jobs, "jobs"));
   KILN_CHECK(kiln_option_int(&p->offline, p->offline, KILN_P_offline, "offline"));
-  if (p->heartbeat_s * 2 > p->timeout_s)
+  if (p->heartbeat_s * 2 > p->timeout_s) {
     rc = kiln_fail(KILN_EINVAL,
                    "coordination: the heartbeat (%.0f ms) must be at most half the builder "
                    "timeout (%.1f s), or waiting ranks would give up on a healthy root",
                    p->heartbeat_s * 1e3, p->timeout_s);
+    goto out;
+  }
+  if (p->peer_timeout_s == KILN_ENV && !kiln_param_raw(KILN_P_peer_timeout_s)) {
+    p->peer_timeout_s = 20 * p->heartbeat_s > 10 ? 20 * p->heartbeat_s : 10;
+  } else {
+    KILN_CHECK(kiln_option_seconds(&p->peer_timeout_s, p->peer_timeout_s, KILN_P_peer_timeout_s,
+                                   "peer_timeout_s"));
+    if (p->heartbeat_s * 2 > p->peer_timeout_s) {
+      rc = kiln_fail(KILN_EINVAL,
+                     "coordination: the peer timeout (%g s: --peer-timeout, KILN_PEER_TIMEOUT) "
+                     "must be at least two heartbeats (%.0f ms), or waiting ranks would give up "
+                     "on a healthy root",
+                     p->peer_timeout_s, p->heartbeat_s * 1e3);
+      goto out;
+    }
+  }
+  if (p->peer_timeout_s > p->timeout_s) p->peer_timeout_s = p->timeout_s;
 out:
   return rc;
 }

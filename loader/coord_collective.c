@@ -26,10 +26,10 @@ void kiln_coord_timeline(coord_run *r, const char *fmt, ...) {
 kiln_status kiln_coord_collective(coord_run *r, int bcast, void *buf, size_t n, const char *what) {
   const kiln_comm *c = r->c;
   double t = kiln_clock_ms(), dt;
+  double limit = r->peer && r->p.peer_timeout_s > 0 ? r->p.peer_timeout_s : r->p.timeout_s;
   kiln_status st;
   if (r->aborted) return kiln_fail(KILN_EPEER, "coordination: the communicator was aborted");
-  st = bcast ? c->broadcast(c->self, buf, n, 0, r->p.timeout_s)
-             : c->max_reduce(c->self, buf, n, r->p.timeout_s);
+  st = bcast ? c->broadcast(c->self, buf, n, 0, limit) : c->max_reduce(c->self, buf, n, limit);
   dt = kiln_clock_ms() - t;
   r->rep->collectives++;
   if (dt > r->rep->longest_wait_ms) {

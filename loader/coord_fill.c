@@ -104,6 +104,7 @@ static kiln_status setup(const kiln_coord_options *o, kiln_cache *cache, coord_p
   p->kernels = o->kernels;
   p->heartbeat_s = o->heartbeat_s;
   p->timeout_s = o->timeout_s;
+  p->peer_timeout_s = o->version >= 2 ? o->peer_timeout_s : KILN_ENV;
   p->jobs = o->jobs;
   p->offline = o->offline;
   p->progress = o->progress;
@@ -119,7 +120,12 @@ out:
   return rc;
 }
 
-KILN_DEFINE_OPTIONS_INIT(kiln_coord_options, KILN_COORD_OPTIONS_VERSION, KILN_COORD_OPTIONS_INIT)
+kiln_status kiln_coord_options_init(kiln_coord_options *opts, int version) {
+  static const kiln_coord_options init = KILN_COORD_OPTIONS_INIT;
+  size_t size = version >= 2 ? sizeof init : offsetof(kiln_coord_options, peer_timeout_s);
+  return kiln_options_init(opts, &init, size, version, KILN_COORD_OPTIONS_VERSION,
+                           "kiln_coord_options");
+}
 
 kiln_status kiln_coord_fill(kiln_coord_report *report, kiln_cache *cache,
                             const kiln_coord_options *o, const kiln_comm *comm) {

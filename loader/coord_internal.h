@@ -102,6 +102,9 @@ typedef struct coord_params {
   const kiln_comm *comm;
   const char *kernels; /* for the log only */
   double heartbeat_s, timeout_s;
+  /* once the protocol is under way, the longest wait for the root's next
+   * status frame or artifact (<= timeout_s; docs/coordination.md) */
+  double peer_timeout_s;
   int jobs, offline;
   kiln_coord_progress_fn progress; /* or NULL */
   void *user;
@@ -113,8 +116,10 @@ typedef struct coord_params {
 kiln_status kiln_coord_run(const coord_params *p, const coord_hooks *h, kiln_status setup,
                            kiln_coord_report *rep);
 
-/* Fills heartbeat, timeout, jobs and offline from the environment where
- * the caller left them unset (<= 0, or offline < 0). */
+/* Fills heartbeat, timeout, peer timeout, jobs and offline from the
+ * environment where the caller left them at KILN_ENV. The peer timeout
+ * (KILN_PEER_TIMEOUT; unset: 10 s or 20 heartbeats, whichever is longer)
+ * must be at least two heartbeats, and is cut to the builder timeout. */
 kiln_status kiln_coord_defaults(coord_params *p);
 
 /* Checks a communicator a caller passed in. */
@@ -138,6 +143,8 @@ typedef struct coord_run {
   kiln_coord_report *rep;
   double t0;
   int aborted;
+  int peer;                    /* the next collective waits on the root: the peer timeout */
+  double last_frame_ms;        /* when the last status frame arrived (kiln_clock_ms) */
   coord_frame last;            /* the last status frame seen */
   uint8_t cfg[COORD_FP_BYTES]; /* this rank's configuration fingerprint */
   uint8_t fp[COORD_FP_BYTES];  /* this rank's artifact fingerprint (when it missed nothing) */
@@ -150,7 +157,11 @@ typedef struct coord_run {
  * start, then the text. */
 void kiln_coord_timeline(coord_run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* One collective, timed into the report: a broadcast from rank 0 (bcast) or
- * a max-reduce of buf. A failure aborts the communicator and is KILN_EPEER. */
+ * a max-reduce of buf, bounded by the peer timeout when r->peer is set (the
+ * status frames and the artifacts the root sends), else by the builder
+ * timeout (the first exchange, where ranks may arrive far apart, and those
+ * after each rank's own work on its cache). A failure aborts the
+ * communicator and is KILN_EPEER. */
 kiln_status kiln_coord_collective(coord_run *r, int bcast, void *buf, size_t n, const char *what);
 /* The number of slots set in a map. */
 size_t kiln_coord_count_set(const uint8_t *map);

@@ -166,6 +166,7 @@ kiln_status kiln_coord_root_build(coord_run *r, const uint8_t *map, size_t missi
              "binding) lets the one build use the node",
              kiln_cpu_count(), kiln_cpu_online(), kiln_cpu_count(),
              kiln_cpu_count() == 1 ? "" : "s");
+  r->peer = 1; /* every frame's broadcast is bounded by the peer timeout */
   for (uint32_t seq = 0;; seq++) {
     char what[48];
     double sent = kiln_clock_ms();
@@ -195,12 +196,15 @@ kiln_status kiln_coord_root_build(coord_run *r, const uint8_t *map, size_t missi
 kiln_status kiln_coord_await_root(coord_run *r) {
   uint8_t wire[COORD_FRAME_BYTES];
   kiln_status rc = KILN_OK;
+  int peer = r->p.peer_timeout_s > 0 && r->p.peer_timeout_s < r->p.timeout_s;
+  r->peer = 1; /* the root promised a frame every heartbeat: the peer timeout */
+  r->last_frame_ms = kiln_clock_ms();
   for (uint32_t n = 0;; n++) {
     char what[48];
     snprintf(what, sizeof what, "status frame %u", n);
     if (kiln_coord_collective(r, 1, wire, sizeof wire, what) != KILN_OK) {
       const coord_frame *l = &r->last;
-      char why[512], progress[256];
+      char why[512], progress[256], who[128] = "";
       snprintf(why, sizeof why, "%s", kiln_last_error());
       if (n == 0)
         snprintf(progress, sizeof progress, "no frame received");
@@ -208,15 +212,16 @@ kiln_status kiln_coord_await_root(coord_run *r) {
         snprintf(progress, sizeof progress, "frame %u at +%.1f s, %u of %u built%s%s%s%s", l->seq,
                  l->elapsed_s, l->done, l->total, *l->unit ? ", last " : "", l->unit,
                  *l->unit ? " " : "", l->target);
-      char who[128] = "";
       if (n) snprintf(who, sizeof who, " on %s, pid %lld", l->host, (long long)l->pid);
-      return kiln_fail(
-          KILN_EPEER,
-          "coordination: the root (rank 0%s) went silent: no status frame within "
-          "%.1f s (the builder timeout: --timeout, KILN_BUILD_TIMEOUT); its last progress: %s "
-          "(%s)",
-          who, r->p.timeout_s, progress, why);
+      return kiln_fail(KILN_EPEER,
+                       "coordination: the root (rank 0%s) went silent: no status frame for %.1f s "
+                       "(the %s: %s); its last progress: %s (%s)",
+                       who, (kiln_clock_ms() - r->last_frame_ms) / 1e3,
+                       peer ? "peer timeout" : "builder timeout",
+                       peer ? "--peer-timeout, KILN_PEER_TIMEOUT" : "--timeout, KILN_BUILD_TIMEOUT",
+                       progress, why);
     }
+    r->last_frame_ms = kiln_clock_ms();
     KILN_CHECK(kiln_frame_decode(&r->last, wire));
     tell_progress(r, &r->last);
     if (n == 0 || r->last.done != 0)

@@ -214,7 +214,9 @@ kiln_status kiln_coord_distribute(coord_run *r, uint8_t *buf, kiln_status *local
   } else {
     memcpy(mine, buf + COORD_HDR, COORD_MAP_BYTES);
   }
+  r->peer = 0; /* each rank checked its cache (and fetched) first: the builder timeout */
   KILN_CHECK(kiln_coord_collective(r, 0, buf, COORD_HDR + COORD_MAP_BYTES, "what is still needed"));
+  r->peer = 1; /* the root sends each artifact at once: the peer timeout */
   if (buf[COORD_OFF_FAILED]) {
     rc = kiln_coord_someone_failed(r, *local_rc, err, "checking its cache after the build");
     goto out;

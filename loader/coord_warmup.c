@@ -84,6 +84,7 @@ kiln_status kiln_warmup_comm(kiln_loader *l, const size_t *units, size_t n, cons
   p.kernels = l->kernels;
   p.heartbeat_s = l->heartbeat_s; /* KILN_ENV until kiln_coord_defaults */
   p.timeout_s = l->timeout_s;
+  p.peer_timeout_s = l->peer_timeout_s;
   p.jobs = l->jobs;
   p.offline = l->offline;
   rc = kiln_coord_run(&p, &h, kiln_coord_defaults(&p), &l->coord);

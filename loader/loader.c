@@ -2,6 +2,7 @@
  * the current context, close, resolve and warm up units, entry-point lookup
  * (resolving on first use), and what it loaded. */
 #include <fnmatch.h>
+#include <stddef.h> /* offsetof */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,13 +50,19 @@ static kiln_status settings(kiln_loader *l, const kiln_loader_options *o) {
                                          "kiln_loader_options.heartbeat_s"));
     l->heartbeat_s = o->heartbeat_s;
   }
+  l->peer_timeout_s = o->version >= 2 ? o->peer_timeout_s : KILN_ENV; /* the warmup checks it */
   if (o->kernels && !(l->kernels = strdup(o->kernels)))
     KILN_CHECK(kiln_fail(KILN_ENOMEM, "out of memory"));
 out:
   return rc;
 }
 
-KILN_DEFINE_OPTIONS_INIT(kiln_loader_options, KILN_LOADER_OPTIONS_VERSION, KILN_LOADER_OPTIONS_INIT)
+kiln_status kiln_loader_options_init(kiln_loader_options *opts, int version) {
+  static const kiln_loader_options init = KILN_LOADER_OPTIONS_INIT;
+  size_t size = version >= 2 ? sizeof init : offsetof(kiln_loader_options, peer_timeout_s);
+  return kiln_options_init(opts, &init, size, version, KILN_LOADER_OPTIONS_VERSION,
+                           "kiln_loader_options");
+}
 
 kiln_status kiln_loader_open(kiln_loader **out, const kiln_loader_options *opts) {
   kiln_loader_options dflt = KILN_LOADER_OPTIONS_INIT;

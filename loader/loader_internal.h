@@ -50,8 +50,9 @@ struct kiln_loader {
   kiln_cache *cache;
   int offline, jobs;
   double stale_s, timeout_s;
-  double heartbeat_s;   /* kiln_loader_options.heartbeat_s as given (KILN_ENV: the variable) */
-  pthread_mutex_t lock; /* resolution, module loads, unloads */
+  double heartbeat_s;    /* kiln_loader_options.heartbeat_s as given (KILN_ENV: the variable) */
+  double peer_timeout_s; /* kiln_loader_options.peer_timeout_s as given (version 1: KILN_ENV) */
+  pthread_mutex_t lock;  /* resolution, module loads, unloads */
   size_t n_units;
   kiln_unit_slot *units;
   char *kernels;           /* kiln_loader_options.kernels (owned copy), or NULL: all units */

@@ -120,14 +120,20 @@ typedef struct kiln_coord_options {
   int offline; /* 1: the root may not compile; 0: it may; KILN_ENV: KILN_OFFLINE (default 0) */
   kiln_coord_progress_fn progress; /* or NULL */
   void *user;                      /* passed to progress */
+  /* Version 2: once the protocol is under way, a rank gives up on a root
+   * that sends no status frame (or artifact) for this long, KILN_EPEER
+   * naming it; at least two heartbeats, cut to timeout_s. KILN_ENV:
+   * KILN_PEER_TIMEOUT, unset: 10 s or 20 heartbeats, whichever is longer. A
+   * version-1 struct gets KILN_ENV. */
+  double peer_timeout_s;
 } kiln_coord_options;
 
-#define KILN_COORD_OPTIONS_VERSION 1
+#define KILN_COORD_OPTIONS_VERSION 2
 #define KILN_COORD_OPTIONS_INIT                                                                    \
   {                                                                                                \
     .version = KILN_COORD_OPTIONS_VERSION, .targets = NULL, .n_targets = 0, .kernels = NULL,       \
     .heartbeat_s = KILN_ENV, .timeout_s = KILN_ENV, .jobs = KILN_ENV, .offline = KILN_ENV,         \
-    .progress = NULL, .user = NULL                                                                 \
+    .progress = NULL, .user = NULL, .peer_timeout_s = KILN_ENV                                     \
   }
 
 /* Fills opts as KILN_COORD_OPTIONS_INIT does, for the given version.

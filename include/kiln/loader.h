@@ -89,14 +89,18 @@ typedef struct kiln_loader_options {
   /* The status frame period of a multi-rank warmup (at most half of
    * build_timeout_s); KILN_ENV: KILN_HEARTBEAT_MS (500 ms). */
   double heartbeat_s;
+  /* Version 2: a multi-rank warmup's peer timeout (include/kiln/comm.h,
+   * kiln_coord_options.peer_timeout_s); KILN_ENV: KILN_PEER_TIMEOUT. A
+   * version-1 struct gets KILN_ENV. */
+  double peer_timeout_s;
 } kiln_loader_options;
 
-#define KILN_LOADER_OPTIONS_VERSION 1
+#define KILN_LOADER_OPTIONS_VERSION 2
 #define KILN_LOADER_OPTIONS_INIT                                                                   \
   {                                                                                                \
     .version = KILN_LOADER_OPTIONS_VERSION, .device = 0, .cache = NULL, .offline = KILN_ENV,       \
     .lease_stale_s = KILN_ENV, .build_timeout_s = KILN_ENV, .jobs = KILN_ENV, .kernels = NULL,     \
-    .heartbeat_s = KILN_ENV                                                                        \
+    .heartbeat_s = KILN_ENV, .peer_timeout_s = KILN_ENV                                            \
   }
 
 /* Fills opts as KILN_LOADER_OPTIONS_INIT does, for the given version.

@@ -245,6 +245,7 @@ class kiln_loader_options(Structure):
         ("jobs", c_int),
         ("kernels", c_char_p),
         ("heartbeat_s", c_double),
+        ("peer_timeout_s", c_double),  # version 2
     ]
 
 
@@ -314,10 +315,11 @@ class kiln_coord_options(Structure):
         ("offline", c_int),
         ("progress", kiln_coord_progress_fn),
         ("user", c_void_p),
+        ("peer_timeout_s", c_double),  # version 2
     ]
 
 
-KILN_COORD_OPTIONS_VERSION = 1
+KILN_COORD_OPTIONS_VERSION = 2
 
 
 class kiln_library_info(Structure):

@@ -8,7 +8,10 @@
 #       Per-rank settings: PER_RANK_CACHE=DIR gives rank r --cache DIR/r;
 #       RANK_ENV_<r>="VAR=value ..." is exported for rank r only;
 #       KILL_RANK=<r> KILL_AFTER=<s> SIGKILLs rank r's kiln after s seconds
-#       (OUTDIR/killed holds the wall clock of the kill).
+#       (OUTDIR/killed holds the wall clock of the kill); STOP_RANK=<r>
+#       STOP_AFTER=<s> STOP_FOR=<s> SIGSTOPs it after s seconds and SIGCONTs
+#       it STOP_FOR seconds later (OUTDIR/stopped, OUTDIR/continued: the wall
+#       clock of each), as a stuck NFS write or a swapped-out host would.
 #   rank_json OUTDIR EXPR   EXPR over d (one rank's JSON) for every rank, one line each
 command -v mpirun >/dev/null || skip "no mpirun (scripts/install-deps installs openmpi-bin)"
 [[ -e $(dirname "$KILN_BIN")/libkiln_mpi.so.0.2 ]] || skip "libkiln_mpi was not built (no MPI found by CMake)"
@@ -34,7 +37,18 @@ var=RANK_ENV_$r
 for kv in ${!var:-}; do export "${kv?}"; done
 args=("$@")
 [[ -n ${PER_RANK_CACHE:-} ]] && args+=(--cache "$PER_RANK_CACHE/$r")
-if [[ ${KILL_RANK:-} == "$r" ]]; then
+if [[ ${STOP_RANK:-} == "$r" ]]; then
+  "$bin" "${args[@]}" >"$out/$r.json" 2>"$out/$r.err" &
+  pid=$!
+  sleep "$STOP_AFTER"
+  kill -STOP "$pid"
+  date +%s.%N >"$out/stopped"
+  sleep "$STOP_FOR"
+  kill -CONT "$pid"
+  date +%s.%N >"$out/continued"
+  wait "$pid"
+  echo $? >"$out/$r.rc"
+elif [[ ${KILL_RANK:-} == "$r" ]]; then
   "$bin" "${args[@]}" >"$out/$r.json" 2>"$out/$r.err" &
   pid=$!
   sleep "$KILL_AFTER"

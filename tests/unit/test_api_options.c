@@ -52,6 +52,28 @@ static void test_every_options_init(void **state) {
              KILN_CACHE_EXPORT_OPTIONS_VERSION, KILN_CACHE_EXPORT_OPTIONS_INIT);
 }
 
+/* A version-1 caller's struct ends before the fields version 2 added:
+ * _init(opts, 1) writes nothing past them. */
+static void test_version_1_writes_only_its_fields(void **state) {
+  kiln_loader_options l;
+  kiln_coord_options c;
+  const unsigned char *p;
+  (void)state;
+  memset(&l, 0x5a, sizeof l);
+  assert_int_equal(kiln_loader_options_init(&l, 1), KILN_OK);
+  p = (const unsigned char *)&l;
+  for (size_t i = offsetof(kiln_loader_options, peer_timeout_s); i < sizeof l; i++)
+    assert_int_equal(p[i], 0x5a);
+  assert_true(l.heartbeat_s == KILN_ENV);
+  memset(&c, 0x5a, sizeof c);
+  assert_int_equal(kiln_coord_options_init(&c, 1), KILN_OK);
+  p = (const unsigned char *)&c;
+  for (size_t i = offsetof(kiln_coord_options, peer_timeout_s); i < sizeof c; i++)
+    assert_int_equal(p[i], 0x5a);
+  assert_int_equal(kiln_coord_options_init(&c, 2), KILN_OK);
+  assert_true(c.peer_timeout_s == KILN_ENV);
+}
+
 /* The one sentinel: every environment-backed field of every _INIT is
  * KILN_ENV (numbers) or NULL (strings). */
 static void test_init_fields_take_the_environment(void **state) {
@@ -64,11 +86,12 @@ static void test_init_fields_take_the_environment(void **state) {
   assert_true(b.jobs == KILN_ENV && b.offline == KILN_ENV && b.lease_stale_s == KILN_ENV &&
               b.wait_timeout_s == KILN_ENV);
   assert_true(l.jobs == KILN_ENV && l.offline == KILN_ENV && l.lease_stale_s == KILN_ENV &&
-              l.build_timeout_s == KILN_ENV && l.heartbeat_s == KILN_ENV && l.cache == NULL);
+              l.build_timeout_s == KILN_ENV && l.heartbeat_s == KILN_ENV &&
+              l.peer_timeout_s == KILN_ENV && l.cache == NULL);
   assert_true(r.upload == KILN_ENV && r.retries == KILN_ENV && r.parallel == KILN_ENV &&
               r.timeout_s == KILN_ENV && r.connect_timeout_s == KILN_ENV && r.url == NULL);
   assert_true(c.jobs == KILN_ENV && c.offline == KILN_ENV && c.heartbeat_s == KILN_ENV &&
-              c.timeout_s == KILN_ENV);
+              c.timeout_s == KILN_ENV && c.peer_timeout_s == KILN_ENV);
   assert_true(k.dir == NULL && k.ro_path == NULL && k.remote == NULL && k.create == 1);
 }
 
@@ -143,6 +166,7 @@ static void test_future_versions_are_refused_where_used(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_options_init),
+      cmocka_unit_test(test_version_1_writes_only_its_fields),
       cmocka_unit_test(test_init_fields_take_the_environment),
       cmocka_unit_test(test_future_versions_are_refused_where_used),
   };
