@@ -19,6 +19,12 @@
 #                        (a PUT under a missing collection answers 409)
 #       --tls            https with a self-signed CA and a server certificate for
 #                        IP 127.0.0.1 (HTTP/2 offered through ALPN)
+#       --cache-of URL   not a WebDAV server: a pull-through cache of the remote
+#                        at URL (http://), as docs/remote-cache.md ("Many jobs
+#                        at once") configures one: GET and HEAD answered from
+#                        DIR/cache, each key fetched from URL once however many
+#                        clients ask at the same time (proxy_cache_lock); 200s
+#                        kept, misses not; PUT and DELETE refused (upload to URL)
 #   nginx_dav.sh stop DIR
 #       stops it (QUIT, then KILL of the master and its workers after a
 #       bounded wait); fine to call when it is not running.
@@ -32,7 +38,7 @@ ND_NAME=nginx_dav.sh
 err() { printf '%s: %s\n' "$ND_NAME" "$*" >&2; }
 
 usage() {
-  err "usage: nginx_dav.sh start DIR [--token T] [--basic USER:PASS] [--readonly] [--strict-dav] [--tls] | stop DIR"
+  err "usage: nginx_dav.sh start DIR [--token T] [--basic USER:PASS] [--readonly] [--strict-dav] [--tls] [--cache-of URL] | stop DIR"
   exit 2
 }
 
@@ -129,6 +135,27 @@ write_conf() {
     auth_basic_user_file $dir/conf/htpasswd;"
   ((READONLY)) && ro="limit_except GET HEAD { deny all; }"
   ((STRICT)) && dav="dav_methods PUT DELETE MKCOL;"
+  local serve="root $dir/root;
+      log_not_found off;
+      $dav
+      dav_access user:rw group:r all:r;
+      client_max_body_size 1g;
+      $ro" cache_path=""
+  if [[ -n $CACHE_OF ]]; then
+    cache_path="proxy_cache_path $dir/cache levels=1:2 keys_zone=kiln:10m max_size=10g inactive=30d use_temp_path=off;
+  upstream origin { server ${CACHE_OF#http://}; keepalive 32; }"
+    serve="limit_except GET HEAD { deny all; }
+      proxy_pass http://origin;
+      proxy_http_version 1.1;
+      proxy_set_header Connection \"\";
+      proxy_cache kiln;
+      proxy_cache_key \$uri;
+      proxy_cache_valid 200 365d;
+      proxy_cache_lock on;
+      proxy_cache_lock_timeout 60s;
+      proxy_cache_lock_age 60s;
+      add_header X-Cache \$upstream_cache_status;"
+  fi
   cat >"$dir/conf/nginx.conf" <<EOF
 # written by tests/integration/nginx_dav.sh
 $user_line
@@ -147,17 +174,13 @@ http {
   scgi_temp_path $dir/tmp/scgi;
   sendfile on;
   keepalive_requests 100000;
+  $cache_path
   server {
     $listen
     server_name 127.0.0.1;
     $auth
     location / {
-      root $dir/root;
-      log_not_found off;
-      $dav
-      dav_access user:rw group:r all:r;
-      client_max_body_size 1g;
-      $ro
+      $serve
     }
   }
 }
@@ -221,7 +244,7 @@ start() {
 (($# >= 2)) || usage
 cmd=$1 dir=$2
 shift 2
-TOKEN="" BASIC="" READONLY=0 STRICT=0 TLS=0
+TOKEN="" BASIC="" READONLY=0 STRICT=0 TLS=0 CACHE_OF=""
 while (($#)); do
   case $1 in
     --token) (($# >= 2)) || usage; TOKEN=$2; shift 2 ;;
@@ -229,6 +252,7 @@ while (($#)); do
     --readonly) READONLY=1; shift ;;
     --strict-dav) STRICT=1; shift ;;
     --tls) TLS=1; shift ;;
+    --cache-of) (($# >= 2)) || usage; CACHE_OF=$2; shift 2 ;;
     *) usage ;;
   esac
 done
@@ -236,6 +260,7 @@ done
 [[ -z $TOKEN || $TOKEN =~ ^[A-Za-z0-9._~+/=-]+$ ]] || { err "--token: use [A-Za-z0-9._~+/=-] only"; exit 2; }
 [[ -z $BASIC || $BASIC =~ ^[^:]+:.+$ ]] || { err "--basic wants USER:PASS"; exit 2; }
 [[ -z $TOKEN || -z $BASIC ]] || { err "--token and --basic exclude each other"; exit 2; }
+[[ -z $CACHE_OF || $CACHE_OF =~ ^http://[A-Za-z0-9.-]+:[0-9]+$ ]] || { err "--cache-of wants http://HOST:PORT"; exit 2; }
 case $cmd in
   start) start "$dir" ;;
   stop) stop "$dir" ;;
