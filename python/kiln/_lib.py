@@ -331,7 +331,7 @@ STRUCT_VERSIONS = {  # the *_OPTIONS_VERSION each options struct is filled for
     "kiln_cache_options": 2,
     "kiln_remote_options": 1,
     "kiln_build_options": 1,
-    "kiln_loader_options": 1,
+    "kiln_loader_options": 2,
 }
 
 # ---- functions: name -> (restype, argtypes) ------------------------------------

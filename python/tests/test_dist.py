@@ -410,6 +410,36 @@ def test_a_hung_root_fails_every_other_rank_at_kiln_s_deadline(tmp_path: Path) -
         assert res[r]["exited"] is not None and res[r]["exited"] - res[r]["t_end"] < 15, describe(res)
 
 
+def test_a_hung_root_is_found_within_the_peer_timeout_not_the_builder_timeout(tmp_path: Path) -> None:
+    # The same SIGSTOP with a builder timeout of 600 s: once the protocol is
+    # under way, the peer timeout (KILN_PEER_TIMEOUT, 2 s) bounds each wait
+    # for the root's next frame, so every other rank gives up within about
+    # 2 s of its last frame (+ 2 heartbeats, + slack for 4 processes on
+    # shared cores), naming the root and the peer timeout.
+    size = 4
+    peer_s = 2.0
+    res = run_job(
+        tmp_path,
+        size,
+        kernels="scaled_softmax",
+        heartbeat_ms=100,
+        timeout_s=600.0,
+        env={"KILN_TEST_COMPILE_DELAY_MS": "60000", "KILN_PEER_TIMEOUT": str(peer_s)},
+        deadline_s=90,
+        kill_root_after_s=3.0,
+        kill_signal=signal.SIGSTOP,
+        stop_when=size - 1,
+    )
+    assert -1 in res, "rank 0 was never stopped: " + describe(res)
+    stopped_at = res[-1]["killed_at"]
+    for r in range(1, size):
+        assert res[r]["ok"] is False and res[r]["error"] == "KilnPeerError", describe(res)
+        assert "went silent" in res[r]["message"], describe(res)
+        assert "(the peer timeout: --peer-timeout, KILN_PEER_TIMEOUT)" in res[r]["message"], describe(res)
+        late = res[r]["t_end"] - stopped_at
+        assert peer_s - 0.5 <= late <= peer_s + 0.2 + 1.5, f"rank {r} failed {late:.1f} s after the stop: " + describe(res)
+
+
 def test_a_compile_error_reaches_every_rank_as_the_same_compile_error(tmp_path: Path) -> None:
     size = 4
     env = {"KILN_TEST_INJECT_COMPILE_ERROR": "bias_gelu"}

@@ -198,6 +198,7 @@ def initialize(
     timeout_s: float | None = None,
     cache: object | None = None,
     skip_jit_warmup: bool = True,
+    peer_timeout_s: float | None = None,
 ) -> Any:
     """Every rank calls it after Megatron's ``initialize_megatron()``: kiln's
     coordinated warmup (``kiln.torch.warmup``) over Megatron's ranks, so a
@@ -217,7 +218,13 @@ def initialize(
     from kiln.torch import warmup
 
     report = warmup(
-        group=group, arch=arch, kernels=kernels, heartbeat_ms=heartbeat_ms, timeout_s=timeout_s, cache=cache
+        group=group,
+        arch=arch,
+        kernels=kernels,
+        heartbeat_ms=heartbeat_ms,
+        timeout_s=timeout_s,
+        cache=cache,
+        peer_timeout_s=peer_timeout_s,
     )
     if skip_jit_warmup:
         _skip_jit_warmup()

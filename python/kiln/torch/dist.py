@@ -414,6 +414,7 @@ def warmup(
     timeout_s: float | None = None,
     cache: PathArg | Cache | None = None,
     device: int | str | torch.device | None = None,
+    peer_timeout_s: float | None = None,
 ) -> WarmupReport:
     """Builds what any rank of the job lacks once, on rank 0 of ``group``,
     and gives it to every rank. Every rank of the group calls it with the
@@ -437,12 +438,15 @@ def warmup(
     ``heartbeat_ms``: the status frame period (None: KILN_HEARTBEAT_MS, 500);
     ``timeout_s``: the silence limit, after which a root that sent no frame
     fails the job (None: KILN_BUILD_TIMEOUT, 1800); the heartbeat must be
-    at most half of it. Both are finite numbers > 0 (not bool), ``device``
+    at most half of it; ``peer_timeout_s``: once the protocol is under way,
+    how long a root may send no status frame before every other rank gives
+    up on it (None: KILN_PEER_TIMEOUT, else 10 s or 20 heartbeats; at least
+    two heartbeats). They are finite numbers > 0 (not bool), ``device``
     an int in [0, 2**31-1], a str or a torch.device. ``cache``: a path (str,
     bytes or os.PathLike, as kiln.Cache takes it) or an open kiln.Cache (None:
     KILN_CACHE_DIR / the default cache); for a load, the directory of the
     device's loader, which must not be open yet when ``cache``, ``kernels``,
-    ``heartbeat_ms`` or ``timeout_s`` is given. With a remote cache
+    ``heartbeat_ms``, ``timeout_s`` or ``peer_timeout_s`` is given. With a remote cache
     (KILN_REMOTE_URL: ``http(s)://``, ``s3://BUCKET/PREFIX`` or
     ``file:///DIR``; or a kiln.Cache opened with ``remote=``), rank 0 fetches
     from it before it builds (docs/remote-cache.md).
@@ -451,7 +455,7 @@ def warmup(
     (unit, target and NVRTC's log tail) when the build failed,
     KilnMismatchError when ranks run different kiln builds or
     KILN_NVRTC_OPTIONS or would load different code, KilnPeerError when
-    another rank failed or the root went silent past ``timeout_s``, or (the
+    another rank failed or the root went silent past ``peer_timeout_s``, or (the
     default group) when a rank never called warmup within ``timeout_s``
     (gone before it: the message names the missing ranks).
     KilnInvalidArgument, naming it, for a bad argument. A rank
@@ -468,13 +472,15 @@ def warmup(
     comm = _Comm(group, own_group=group is not None and not group_given)
     keep: list[object] = []  # what the C call points into, alive until it returns
     try:
-        timeout = hb = float(KILN_ENV)
+        timeout = hb = peer = float(KILN_ENV)
         try:
             what = "kiln.torch.dist.warmup:"
             if heartbeat_ms is not None:
                 hb = positive_arg(f"{what} heartbeat_ms", heartbeat_ms) / 1e3
             if timeout_s is not None:
                 timeout = positive_arg(f"{what} timeout_s", timeout_s)
+            if peer_timeout_s is not None:
+                peer = positive_arg(f"{what} peer_timeout_s", peer_timeout_s)
             if kernels is not None:
                 text_arg(f"{what} kernels", kernels)
                 _check_kernels(kernels)
@@ -484,9 +490,10 @@ def warmup(
                 device = int_arg(f"{what} device", device)
         except BaseException as e:
             raise _cannot_start(comm, timeout, e)
+        times = (hb, timeout, peer)
         if arch is not None:
-            return _fill(comm, arch, kernels, hb, timeout, cache, keep)
-        return _load(comm, device, kernels, hb, timeout, cache, keep)
+            return _fill(comm, arch, kernels, times, cache, keep)
+        return _load(comm, device, kernels, times, cache, keep)
     except BaseException:
         if comm.interrupt is not None:  # Ctrl-C during a wait: kiln gave up; say so
             raise comm.interrupt from None
@@ -504,11 +511,11 @@ def _fill(
     comm: _Comm,
     arch: str | list[str],
     kernels: str | None,
-    heartbeat_s: float,
-    timeout_s: float,
+    times: tuple[float, float, float],
     cache: bytes | Cache | None,
     keep: list[object],
 ) -> WarmupReport:
+    heartbeat_s, timeout_s, peer_timeout_s = times  # KILN_ENV: the environment's
     own = not isinstance(cache, Cache)
     c: Cache | None = None
     try:
@@ -529,6 +536,7 @@ def _fill(
         opts.kernels = kern
         opts.heartbeat_s = heartbeat_s
         opts.timeout_s = timeout_s
+        opts.peer_timeout_s = peer_timeout_s
         rep = _lib.kiln_coord_report()
         st = lib.kiln_coord_fill(byref(rep), handle, byref(opts), comm.ptr)
         _raise_status(st)
@@ -542,7 +550,7 @@ def _fill(
             c.close()
 
 
-# device -> (cache, kernels, heartbeat_s, timeout_s) its loader was opened with here
+# device -> (cache, kernels, heartbeat_s, timeout_s, peer_timeout_s) its loader was opened with here
 _opened_with: dict[int, tuple[object, ...]] = {}
 
 
@@ -550,22 +558,23 @@ def _load(
     comm: _Comm,
     device: int | str | torch.device | None,
     kernels: str | None,
-    heartbeat_s: float,
-    timeout_s: float,
+    times: tuple[float, float, float],
     cache: bytes | Cache | None,
     keep: list[object],
 ) -> WarmupReport:
+    heartbeat_s, timeout_s, peer_timeout_s = times  # KILN_ENV: the environment's
     try:
         dev = _device_ordinal(device)
         if isinstance(cache, Cache):
             cache = path_arg("kiln.torch.dist.warmup: cache", cache.dir)
-        wanted = (cache, kernels, heartbeat_s, timeout_s)
-        custom = wanted != (None, None, float(KILN_ENV), float(KILN_ENV))
+        wanted = (cache, kernels, heartbeat_s, timeout_s, peer_timeout_s)
+        custom = wanted != (None, None, float(KILN_ENV), float(KILN_ENV), float(KILN_ENV))
         if dev in _runtime._loaders and custom and _opened_with.get(dev) != wanted:
             raise KilnInvalidArgument(
                 f"kiln.torch.dist.warmup: the loader of device {dev} is already open (kiln.torch.init, "
-                "an op or a warmup with other settings ran first), so cache, kernels, heartbeat_ms and "
-                "timeout_s cannot apply to it: call warmup first, or leave them to the environment",
+                "an op or a warmup with other settings ran first), so cache, kernels, heartbeat_ms, "
+                "timeout_s and peer_timeout_s cannot apply to it: call warmup first, or leave them to "
+                "the environment",
                 status="KILN_EINVAL",
                 code=-1,
             )
@@ -585,6 +594,7 @@ def _load(
                 opts.kernels = kern
             opts.heartbeat_s = heartbeat_s
             opts.build_timeout_s = timeout_s
+            opts.peer_timeout_s = peer_timeout_s
         h = _runtime.loader(dev, opts)
         if opts is not None:
             _opened_with[dev] = wanted
