@@ -5,6 +5,8 @@
 
 #include <string.h>
 
+#include "common/bytes.h"
+
 enum {
   EHDR_SIZE = 64, /* Elf64_Ehdr */
   SHDR_SIZE = 64, /* Elf64_Shdr */
@@ -14,37 +16,25 @@ enum {
   STB_GLOBAL = 1,
 };
 
-static uint64_t rd(const uint8_t *p, size_t n) { /* little-endian, n <= 8 */
-  uint64_t v = 0;
-  for (size_t i = n; i-- > 0;)
-    v = v << 8 | p[i];
-  return v;
-}
-
-/* [off, off + len) inside [0, size), without overflow */
-static int inside(uint64_t off, uint64_t len, size_t size) {
-  return off <= size && len <= size - off;
-}
-
 /* The symbol table and its string table; 0 when the image has none that
  * lies inside it. */
 static int find_symtab(const uint8_t *img, size_t size, const uint8_t **sym, uint64_t *n_sym,
                        const uint8_t **str, uint64_t *str_size) {
   uint64_t shoff, shnum;
   if (size < EHDR_SIZE || memcmp(img, "\177ELF", 4) != 0 || img[4] != 2 || img[5] != 1) return 0;
-  shoff = rd(img + 40, 8), shnum = rd(img + 60, 2);
-  if (rd(img + 58, 2) != SHDR_SIZE || shnum > size / SHDR_SIZE ||
-      !inside(shoff, shnum * SHDR_SIZE, size))
+  shoff = kiln_le(img + 40, 8), shnum = kiln_le(img + 60, 2);
+  if (kiln_le(img + 58, 2) != SHDR_SIZE || shnum > size / SHDR_SIZE ||
+      !kiln_span_inside(shoff, shnum * SHDR_SIZE, size))
     return 0;
   for (uint64_t i = 0; i < shnum; i++) {
     const uint8_t *sh = img + shoff + i * SHDR_SIZE, *lk;
-    uint64_t off = rd(sh + 24, 8), sz = rd(sh + 32, 8), link = rd(sh + 40, 4);
-    if (rd(sh + 4, 4) != SHT_SYMTAB) continue;
-    if (!inside(off, sz, size) || link >= shnum) return 0;
+    uint64_t off = kiln_le(sh + 24, 8), sz = kiln_le(sh + 32, 8), link = kiln_le(sh + 40, 4);
+    if (kiln_le(sh + 4, 4) != SHT_SYMTAB) continue;
+    if (!kiln_span_inside(off, sz, size) || link >= shnum) return 0;
     lk = img + shoff + link * SHDR_SIZE;
-    if (!inside(rd(lk + 24, 8), rd(lk + 32, 8), size)) return 0;
+    if (!kiln_span_inside(kiln_le(lk + 24, 8), kiln_le(lk + 32, 8), size)) return 0;
     *sym = img + off, *n_sym = sz / SYM_SIZE;
-    *str = img + rd(lk + 24, 8), *str_size = rd(lk + 32, 8);
+    *str = img + kiln_le(lk + 24, 8), *str_size = kiln_le(lk + 32, 8);
     return 1;
   }
   return 0;
@@ -55,7 +45,7 @@ static int cubin_defines(const uint8_t *sym, uint64_t n_sym, const uint8_t *str,
   const size_t len = strlen(name);
   for (uint64_t i = 0; i < n_sym; i++) {
     const uint8_t *s = sym + i * SYM_SIZE;
-    const uint64_t at = rd(s, 4), info = s[4], shndx = rd(s + 6, 2);
+    const uint64_t at = kiln_le(s, 4), info = s[4], shndx = kiln_le(s + 6, 2);
     if ((info & 0xf) != STT_FUNC || (info >> 4) != STB_GLOBAL || shndx == 0) continue;
     if (at < str_size && len < str_size - at && memcmp(str + at, name, len) == 0 &&
         str[at + len] == '\0')

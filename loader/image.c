@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/bytes.h"
+
 enum {
   EHDR_SIZE = 64, /* Elf64_Ehdr */
   PHDR_SIZE = 56, /* Elf64_Phdr */
@@ -23,22 +25,10 @@ static int bad(char *why, size_t cap, const char *fmt, ...) {
   return -1;
 }
 
-static uint64_t rd(const uint8_t *p, size_t n) { /* little-endian, n <= 8 */
-  uint64_t v = 0;
-  for (size_t i = n; i-- > 0;)
-    v = v << 8 | p[i];
-  return v;
-}
-
-/* [off, off + len) inside [0, size), without overflow */
-static int inside(uint64_t off, uint64_t len, size_t size) {
-  return off <= size && len <= size - off;
-}
-
 /* A header table of n entries of ent bytes at off lies inside the image. */
 static int table(size_t size, uint64_t off, uint64_t n, uint64_t ent, const char *what, char *why,
                  size_t cap) {
-  if (n && (n > size / ent || !inside(off, n * ent, size)))
+  if (n && (n > size / ent || !kiln_span_inside(off, n * ent, size)))
     return bad(why, cap, "its %llu %s headers at offset %llu run past its end (%zu bytes)",
                (unsigned long long)n, what, (unsigned long long)off, size);
   return 0;
@@ -49,13 +39,13 @@ static int check_elf(const uint8_t *img, size_t size, char *why, size_t cap) {
   if (size < EHDR_SIZE) return bad(why, cap, "%zu bytes is shorter than an ELF header", size);
   if (memcmp(img, "\177ELF", 4) != 0) return bad(why, cap, "not an ELF file");
   if (img[4] != 2 || img[5] != 1) return bad(why, cap, "not a little-endian ELF64 file");
-  if (rd(img + 18, 2) != EM_CUDA)
+  if (kiln_le(img + 18, 2) != EM_CUDA)
     return bad(why, cap, "ELF machine %llu is not EM_CUDA (190)",
-               (unsigned long long)rd(img + 18, 2));
-  phoff = rd(img + 32, 8), shoff = rd(img + 40, 8);
-  if (rd(img + 52, 2) < EHDR_SIZE) return bad(why, cap, "ELF header size below 64");
-  phent = rd(img + 54, 2), phnum = rd(img + 56, 2);
-  shent = rd(img + 58, 2), shnum = rd(img + 60, 2), shstrndx = rd(img + 62, 2);
+               (unsigned long long)kiln_le(img + 18, 2));
+  phoff = kiln_le(img + 32, 8), shoff = kiln_le(img + 40, 8);
+  if (kiln_le(img + 52, 2) < EHDR_SIZE) return bad(why, cap, "ELF header size below 64");
+  phent = kiln_le(img + 54, 2), phnum = kiln_le(img + 56, 2);
+  shent = kiln_le(img + 58, 2), shnum = kiln_le(img + 60, 2), shstrndx = kiln_le(img + 62, 2);
   if (phnum && phent != PHDR_SIZE)
     return bad(why, cap, "program header size %llu, not 56", (unsigned long long)phent);
   if (shnum && shent != SHDR_SIZE)
@@ -69,15 +59,15 @@ static int check_elf(const uint8_t *img, size_t size, char *why, size_t cap) {
     return -1;
   for (uint64_t i = 0; i < phnum; i++) {
     const uint8_t *ph = img + phoff + i * PHDR_SIZE;
-    const uint64_t off = rd(ph + 8, 8), filesz = rd(ph + 32, 8);
-    if (!inside(off, filesz, size))
+    const uint64_t off = kiln_le(ph + 8, 8), filesz = kiln_le(ph + 32, 8);
+    if (!kiln_span_inside(off, filesz, size))
       return bad(why, cap, "segment %llu (%llu bytes at %llu) runs past its end (%zu bytes)",
                  (unsigned long long)i, (unsigned long long)filesz, (unsigned long long)off, size);
   }
   for (uint64_t i = 0; i < shnum; i++) {
     const uint8_t *sh = img + shoff + i * SHDR_SIZE;
-    const uint64_t type = rd(sh + 4, 4), off = rd(sh + 24, 8), sz = rd(sh + 32, 8);
-    if (type != SHT_NOBITS && !inside(off, sz, size))
+    const uint64_t type = kiln_le(sh + 4, 4), off = kiln_le(sh + 24, 8), sz = kiln_le(sh + 32, 8);
+    if (type != SHT_NOBITS && !kiln_span_inside(off, sz, size))
       return bad(why, cap, "section %llu (%llu bytes at %llu) runs past its end (%zu bytes)",
                  (unsigned long long)i, (unsigned long long)sz, (unsigned long long)off, size);
   }
