@@ -185,6 +185,20 @@ def test_backward_ops_check_dy_against_y():
     bad(lambda: ops.cross_entropy_backward(logits, torch.zeros(4), torch.ones(4).half(), tgt, 0, -100), "dloss")
 
 
+def test_integers_reaching_c_are_range_checked_not_wrapped():
+    # ctypes wraps an int64 argument silently (2**64 -> 0): each is checked first
+    ids, w = torch.tensor([0, 1]), torch.randn(4, 8)
+    bad(lambda: kt.embedding(ids, w, vocab_start=2**64), r"vocab_start 18446744073709551616 is outside")
+    bad(lambda: kt.embedding(ids, w, vocab_start=-1), "vocab_start -1 is outside")
+    bad(lambda: kt.embedding(ids, w, vocab_size=2**63), "vocab_size")
+    bad(lambda: kt.embedding(ids, w, vocab_start=1.5), "vocab_start must be an integer")
+    logits, tgt = torch.randn(2, 8), torch.tensor([1, 2])
+    bad(lambda: kt.cross_entropy(logits, tgt, ignore_index=2**63), "ignore_index")
+    bad(lambda: kt.cross_entropy(logits, tgt, ignore_index=True), "ignore_index must be an integer")
+    so = torch.tensor([-5, 0], dtype=torch.int64)
+    bad(lambda: ops.bias_dropout_add_backward(torch.randn(4, 16), 0.3, True, so), "must not be negative")
+
+
 # ---- cross-entropy and dropout ----------------------------------------------------------------
 
 

@@ -23,10 +23,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from kiln._lib import KILN_OPS_SYNC_CHECK, lib
+from kiln._lib import KILN_OPS_SYNC_CHECK, int_arg, lib
 from kiln.api import check
 from kiln.errors import KilnInvalidArgument, KilnUnsupported
 from kiln.torch import _runtime as rt
+
+_I64_MAX = 2**63 - 1
 
 _ALIGN = 256  # workspaces: what cuMemAlloc returns
 
@@ -752,6 +754,8 @@ def _seed_offset(op: str, so: Tensor) -> tuple[int, int]:
     if so.dtype != torch.int64 or so.shape != (2,):
         raise _bad(f"kiln.torch.{op}: seed_offset is {so.dtype} {tuple(so.shape)}; want int64 [2]")
     seed, offset = (int(v) for v in so.tolist())
+    if seed < 0 or offset < 0:  # they reach C as uint64: never wrapped
+        raise _bad(f"kiln.torch.{op}: seed_offset ({seed}, {offset}) must not be negative")
     return seed, offset
 
 
@@ -1117,8 +1121,11 @@ def embedding(
     raises KilnInvalidArgument naming it (at once with sync_check=True), at
     TP = 1 and TP > 1 alike, never a device-side assert. ids: int64 [...];
     returns [..., hidden]. The weight gradient is deterministic."""
+    # ints reach C as int64: checked here, never wrapped by ctypes
+    vocab_start = int_arg("kiln.torch.embedding: vocab_start", vocab_start, 0, _I64_MAX)
     vs = vocab_start + weight.shape[0] if vocab_size is None else vocab_size
-    return _embedding(ids, weight, int(vocab_start), int(vs), bool(sync_check))
+    vs = int_arg("kiln.torch.embedding: vocab_size", vs, 0, _I64_MAX)
+    return _embedding(ids, weight, vocab_start, vs, bool(sync_check))
 
 
 def bias_gelu(x: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -1175,15 +1182,18 @@ def cross_entropy(
     torch."""
     if reduction not in ("mean", "sum", "none"):
         raise _bad(f"kiln.torch.cross_entropy: reduction '{reduction}'; want mean, sum or none")
+    ignore_index = int_arg("kiln.torch.cross_entropy: ignore_index", ignore_index, -_I64_MAX - 1, _I64_MAX)
+    if vocab_start is not None:
+        vocab_start = int_arg("kiln.torch.cross_entropy: vocab_start", vocab_start, 0, _I64_MAX)
     tp = group is not None
     if tp:
         import torch.distributed as dist
 
         tp = dist.get_world_size(group) > 1
     if tp:
-        loss = _CrossEntropyTP.apply(logits, target, int(ignore_index), group, vocab_start, sync_check)
+        loss = _CrossEntropyTP.apply(logits, target, ignore_index, group, vocab_start, sync_check)
     else:
-        loss = _cross_entropy(logits, target, int(ignore_index), bool(sync_check))[0]
+        loss = _cross_entropy(logits, target, ignore_index, bool(sync_check))[0]
     if reduction == "none":
         return loss
     if reduction == "sum":
