@@ -71,6 +71,14 @@ void gt_expect_einval_naming(const char *what, kiln_status st, const char *needl
   expect_einval(what, st, needle);
 }
 
+void gt_expect_empty(const char *what, kiln_status st) {
+  if (st == KILN_OK)
+    gt_pass("empty %s: KILN_OK, nothing launched", what);
+  else
+    gt_fail("empty %s: returned %s (%s), want KILN_OK with no launch", what, kiln_status_str(st),
+            kiln_last_error());
+}
+
 size_t gt_first_not_ff(const void *p, size_t n) {
   const unsigned char *b = p;
   size_t k = 0;

@@ -101,6 +101,10 @@ void gt_check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3))
 void gt_expect_einval(const char *what, kiln_status st);
 /* The same, and the message must contain needle (the argument it blames). */
 void gt_expect_einval_naming(const char *what, kiln_status st, const char *needle);
+/* An empty batch (0 rows, tokens, batches: docs/api.md, "Empty batches"):
+ * st must be KILN_OK, with no launch (gt_expect_untouched after the batch
+ * checks that nothing was written). */
+void gt_expect_empty(const char *what, kiln_status st);
 /* After a batch of invalid calls: syncs and reads out (poisoned before the
  * batch) back; every byte must still be 0xFF, since none may have launched.
  * Counts one "einval" check. */

@@ -75,7 +75,7 @@ static void check_invalid_args(kiln_loader *l) {
   expect_einval("fwd y=NULL", kiln_embedding_fwd(l, f, NULL, pid, pw, N, H, 0, V, V, 0, NULL));
   expect_einval("fwd ids=NULL", kiln_embedding_fwd(l, f, py, NULL, pw, N, H, 0, V, V, 0, NULL));
   expect_einval("fwd weight=NULL", kiln_embedding_fwd(l, f, py, pid, NULL, N, H, 0, V, V, 0, NULL));
-  expect_einval("fwd n_tokens=0", kiln_embedding_fwd(l, f, py, pid, pw, 0, H, 0, V, V, 0, NULL));
+  gt_expect_empty("fwd n_tokens=0", kiln_embedding_fwd(l, f, py, pid, pw, 0, H, 0, V, V, 0, NULL));
   expect_einval("fwd hidden=0", kiln_embedding_fwd(l, f, py, pid, pw, N, 0, 0, V, V, 0, NULL));
   expect_einval("fwd hidden=-3", kiln_embedding_fwd(l, f, py, pid, pw, N, -3, 0, V, V, 0, NULL));
   expect_einval("fwd vocab_start<0",

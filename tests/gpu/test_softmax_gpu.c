@@ -265,8 +265,8 @@ static void check_invalid_args(kiln_loader *l) {
                    kiln_scaled_softmax_fwd(l, f32, NULL, i, ROWS, SK, 1, NULL));
   gt_expect_einval("scaled_softmax_fwd x=NULL",
                    kiln_scaled_softmax_fwd(l, f32, o, NULL, ROWS, SK, 1, NULL));
-  gt_expect_einval("scaled_softmax_fwd rows=0",
-                   kiln_scaled_softmax_fwd(l, f32, o, i, 0, SK, 1, NULL));
+  gt_expect_empty("scaled_softmax_fwd rows=0",
+                  kiln_scaled_softmax_fwd(l, f32, o, i, 0, SK, 1, NULL));
   gt_expect_einval("scaled_softmax_fwd cols=0",
                    kiln_scaled_softmax_fwd(l, f32, o, i, ROWS, 0, 1, NULL));
   gt_expect_einval("scaled_softmax_fwd cols=-1",
@@ -295,12 +295,12 @@ static void check_invalid_args(kiln_loader *l) {
                    kiln_scaled_masked_softmax_fwd(l, f32, o, i, m, B, H, SQ, SK, 0, 1, NULL));
   gt_expect_einval("scaled_masked_softmax_fwd sk=0",
                    kiln_scaled_masked_softmax_fwd(l, f32, o, i, m, B, H, SQ, 0, 1, 1, NULL));
-  gt_expect_einval("scaled_masked_softmax_fwd sq=0",
-                   kiln_scaled_masked_softmax_fwd(l, f32, o, i, m, B, H, 0, SK, 1, 1, NULL));
-  gt_expect_einval("scaled_masked_softmax_fwd heads=0",
-                   kiln_scaled_masked_softmax_fwd(l, f32, o, i, m, B, 0, SQ, SK, 1, 1, NULL));
-  gt_expect_einval("scaled_masked_softmax_fwd b=0",
-                   kiln_scaled_masked_softmax_fwd(l, f32, o, i, m, 0, H, SQ, SK, 1, 1, NULL));
+  gt_expect_empty("scaled_masked_softmax_fwd sq=0",
+                  kiln_scaled_masked_softmax_fwd(l, f32, o, i, m, B, H, 0, SK, 1, 1, NULL));
+  gt_expect_empty("scaled_masked_softmax_fwd heads=0",
+                  kiln_scaled_masked_softmax_fwd(l, f32, o, i, m, B, 0, SQ, SK, 1, 1, NULL));
+  gt_expect_empty("scaled_masked_softmax_fwd b=0",
+                  kiln_scaled_masked_softmax_fwd(l, f32, o, i, m, 0, H, SQ, SK, 1, 1, NULL));
   gt_expect_einval("scaled_masked_softmax_fwd dtype=7",
                    kiln_scaled_masked_softmax_fwd(l, bad, o, i, m, B, H, SQ, SK, 1, 1, NULL));
   gt_expect_einval("scaled_masked_softmax_bwd dx=NULL",
@@ -314,12 +314,12 @@ static void check_invalid_args(kiln_loader *l) {
   gt_expect_einval(
       "scaled_upper_triang_masked_softmax_fwd x=NULL",
       kiln_scaled_upper_triang_masked_softmax_fwd(l, f32, o, NULL, B, SQ, SK, 1, NULL));
-  gt_expect_einval("scaled_upper_triang_masked_softmax_fwd sq=0",
-                   kiln_scaled_upper_triang_masked_softmax_fwd(l, f32, o, i, B, 0, SK, 1, NULL));
+  gt_expect_empty("scaled_upper_triang_masked_softmax_fwd sq=0",
+                  kiln_scaled_upper_triang_masked_softmax_fwd(l, f32, o, i, B, 0, SK, 1, NULL));
   gt_expect_einval("scaled_upper_triang_masked_softmax_fwd sk=0",
                    kiln_scaled_upper_triang_masked_softmax_fwd(l, f32, o, i, B, SQ, 0, 1, NULL));
-  gt_expect_einval("scaled_upper_triang_masked_softmax_fwd attn_batches=0",
-                   kiln_scaled_upper_triang_masked_softmax_fwd(l, f32, o, i, 0, SQ, SK, 1, NULL));
+  gt_expect_empty("scaled_upper_triang_masked_softmax_fwd attn_batches=0",
+                  kiln_scaled_upper_triang_masked_softmax_fwd(l, f32, o, i, 0, SQ, SK, 1, NULL));
   gt_expect_einval("scaled_upper_triang_masked_softmax_fwd dtype=7",
                    kiln_scaled_upper_triang_masked_softmax_fwd(l, bad, o, i, B, SQ, SK, 1, NULL));
   gt_expect_einval(
