@@ -126,6 +126,20 @@ static int record_unusable(const kiln_record *rec, const kiln_record *want, char
   return 0;
 }
 
+/* A record of layer i that cannot be served: in the primary (i == 0) it is
+ * dropped and what was dropped goes to dropped (for the miss's message); in
+ * a read-only layer it is skipped, said at warn. */
+static void set_aside(kiln_cache *c, const kiln_layer *l, size_t i, const char *key, int64_t rowid,
+                      const kiln_record *rec, const char *why, char *dropped, size_t cap) {
+  if (i == 0) {
+    drop_unservable(c, key, rowid, rec, why);
+    snprintf(dropped, cap, "; its record (%s %s) %s", rec->unit, rec->target, why);
+  } else {
+    kiln_log(KILN_LOG_WARN, "read-only layer %s: record %.12s (%s %s): %s; skipped", l->dir, key,
+             rec->unit, rec->target, why);
+  }
+}
+
 kiln_status kiln_cache_get_want(kiln_record *out_rec, uint8_t **out_blob, size_t *out_size,
                                 kiln_cache *c, const char *key, const kiln_record *want) {
   kiln_record rec;
@@ -147,13 +161,7 @@ kiln_status kiln_cache_get_want(kiln_record *out_rec, uint8_t **out_blob, size_t
       continue;
     }
     if (bad || record_unusable(&rec, want, why, sizeof why)) {
-      if (i == 0) {
-        drop_unservable(c, key, rowid, &rec, why);
-        snprintf(dropped, sizeof dropped, "; its record (%s %s) %s", rec.unit, rec.target, why);
-      } else {
-        kiln_log(KILN_LOG_WARN, "read-only layer %s: record %.12s (%s %s): %s; skipped", l->dir,
-                 key, rec.unit, rec.target, why);
-      }
+      set_aside(c, l, i, key, rowid, &rec, why, dropped, sizeof dropped);
       continue;
     }
     rc = want_unit ? kiln_blob_read(l->dir, rec.digest, rec.size, &bytes, &len)
@@ -167,13 +175,7 @@ kiln_status kiln_cache_get_want(kiln_record *out_rec, uint8_t **out_blob, size_t
                  rec.digest, missing, want_unit->name);
         free(bytes);
         bytes = NULL;
-        if (i == 0) {
-          drop_unservable(c, key, rowid, &rec, why);
-          snprintf(dropped, sizeof dropped, "; its record (%s %s) %s", rec.unit, rec.target, why);
-        } else {
-          kiln_log(KILN_LOG_WARN, "read-only layer %s: record %.12s (%s %s): %s; skipped", l->dir,
-                   key, rec.unit, rec.target, why);
-        }
+        set_aside(c, l, i, key, rowid, &rec, why, dropped, sizeof dropped);
         continue;
       }
       if (out_blob)
