@@ -162,17 +162,7 @@ static int attempt(CURL *e, const char *url, const char *form, const kiln_remote
   } else if (status == 200) {
     *rc = kiln_sts_parse(a.buf, a.len, c);
   } else {
-    const char *e0 = memmem(a.buf, a.len, "<Code>", 6), *e1;
-    if (e0 && (e1 = memmem(e0, a.len - (size_t)(e0 - a.buf), "</Code>", 7)) &&
-        e1 - e0 - 6 < (long)sizeof code) {
-      size_t n = (size_t)(e1 - e0 - 6);
-      int ok = 1;
-      for (size_t i = 0; i < n; i++) {
-        char ch = e0[6 + i];
-        ok &= (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9');
-      }
-      if (ok) memcpy(code, e0 + 6, n), code[n] = '\0';
-    }
+    kiln_s3_error_code(a.buf, a.len, code, sizeof code); /* STS's error document, as S3's */
     snprintf(detail, cap, "HTTP %ld%s%s", status, code[0] ? " " : "", code);
     if (status >= 500 || status == 429 || strcmp(code, "IDPCommunicationError") == 0)
       done = 0;
