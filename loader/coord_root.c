@@ -98,7 +98,12 @@ static void *build_main(void *user) {
 /* Waits until the build finished or one heartbeat passed since `since`. */
 static void wait_heartbeat(build_state *b, double since) {
   double until = since + b->r->p.heartbeat_s * 1e3;
+  const kiln_clock_hook *hook = kiln_clock_hook_get();
   struct timespec ts;
+  if (hook) { /* virtual time (tests/sim/): the hook decides how long a pause is */
+    hook->wait(hook->user, &b->cond, &b->lock, &b->finished, until);
+    return;
+  }
   clock_gettime(CLOCK_MONOTONIC, &ts); /* the cond waits on this clock (root_build) */
   {
     double left = until - kiln_clock_ms();
@@ -111,9 +116,16 @@ static void wait_heartbeat(build_state *b, double since) {
     if (pthread_cond_timedwait(&b->cond, &b->lock, &ts) != 0) break;
 }
 
+/* Whether the frames may say the build ended: its threads are done and no
+ * clock hook (tests/sim/, virtual time) holds it. */
+static int build_over(const build_state *b) {
+  const kiln_clock_hook *hook = kiln_clock_hook_get();
+  return b->finished && !(hook && hook->build_held && hook->build_held(hook->user));
+}
+
 static void frame_from(build_state *b, coord_frame *f, uint32_t seq) {
   memset(f, 0, sizeof *f);
-  f->state = !b->finished ? COORD_BUILDING : b->status == KILN_OK ? COORD_READY : COORD_FAILED;
+  f->state = !build_over(b) ? COORD_BUILDING : b->status == KILN_OK ? COORD_READY : COORD_FAILED;
   f->seq = seq;
   f->done = b->done;
   f->total = b->total;
