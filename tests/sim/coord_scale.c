@@ -169,9 +169,11 @@ int main(int argc, char **argv) {
   printf("# virtual time: alpha %.2f us per hop, beta %.3f ns per byte, root's fetch %.0f ms, "
          "heartbeat %.0f ms\n",
          a.alpha_us, a.beta_ns, a.build_ms, a.heartbeat_ms);
-  printf("%-5s %6s | %9s %6s %9s %-22s %5s %10s %10s %9s | %7s %8s | %8s %8s %6s | %6s\n", "alg",
-         "N", "ready_ms", "x", "wait_ms", "longest", "coll", "B/rank", "Bmax/rank", "root_B/hb",
-         "warm_c", "warm_ms", "cpu_us", "warm_us", "x", "real_s");
+  printf("%-5s %6s | %9s %9s %6s %9s %-22s %5s %10s %10s %9s %8s | %7s %8s | %8s %8s %6s | "
+         "%6s\n",
+         "alg", "N", "ready_ms", "over_ms", "x", "wait_ms", "longest", "coll", "B/rank",
+         "Bmax/rank", "root_B/hb", "art_B", "warm_c", "warm_ms", "cpu_us", "warm_us", "x",
+         "real_s");
   for (int ai = 0; ai < a.n_algs; ai++) {
     double base_ready = 0, base_cpu = 0;
     for (int ni = 0; ni < a.n_ranks; ni++) {
@@ -200,7 +202,9 @@ int main(int argc, char **argv) {
     }
   }
   printf("# x: ratio to the first N of the same algorithm in this run. ready_ms, wait_ms: "
-         "virtual. B/rank: bytes sent per rank (mean; max: Bmax), root_B/hb: bytes rank 0 sends "
+         "virtual; over_ms: ready_ms less the root's fetch (the protocol's own time); art_B: the "
+         "artifacts' payload a rank received. B/rank: bytes sent per rank (mean; max: Bmax), "
+         "root_B/hb: bytes rank 0 sends "
          "per status frame. cpu_us: real CPU of the protocol per rank (ranks 1..N-1, cold; "
          "warm_us warm).\n");
   rc = 0;

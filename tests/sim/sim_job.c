@@ -112,6 +112,7 @@ static void sum_up(sim_outcome *o, const sim_job *j, sim_world *w, const rank_ar
       o->others_end_max_ms = s->clock_ms;
   }
   o->root_status = a[0].st;
+  if (n > 1) o->bytes_received = a[1].rep.bytes_received;
   if (first_ok >= 0)
     snprintf(o->fingerprint, sizeof o->fingerprint, "%s", a[first_ok].rep.fingerprint);
   o->cpu_us_mean = n > 1 ? cpu * 1e6 / (n - 1) : 0;

@@ -36,7 +36,8 @@ typedef struct sim_outcome {
   int longest_rank;
   size_t collectives_min, collectives_max;
   size_t compiled, received, missing;
-  int fingerprints_agree; /* over the ranks that succeeded */
+  uint64_t bytes_received; /* by rank 1: the artifacts' payload (blob and log) */
+  int fingerprints_agree;  /* over the ranks that succeeded */
   char fingerprint[65];
   double cpu_us_mean, cpu_us_max; /* real CPU per rank in the protocol (rank 0 apart) */
   double root_cpu_us;
