@@ -187,15 +187,17 @@ int main(int argc, char **argv) {
       if (!run(&cold, &j, what)) goto out;
       snprintf(what, sizeof what, "%s, %d ranks, warm", sim_alg_name(a.algs[ai]), n);
       if (!run(&warm, &j, what)) goto out;
-      if (ni == 0) base_ready = cold.ready_ms, base_cpu = cold.cpu_us_mean;
-      printf("%-5s %6d | %9.1f %6.3f %9.1f %-22.22s %5zu %10.0f %10llu %9.0f | %7zu %8.2f | %8.0f "
-             "%8.0f %6.2f | %6.1f\n",
-             sim_alg_name(a.algs[ai]), n, cold.ready_ms, cold.ready_ms / base_ready,
-             cold.longest_wait_ms, cold.longest_what, cold.collectives_max, cold.bytes_mean,
+      if (ni == 0) base_ready = cold.ready_ms - a.build_ms, base_cpu = cold.cpu_us_mean;
+      printf("%-5s %6d | %9.1f %9.3f %6.2f %9.1f %-22.22s %5zu %10.0f %10llu %9.0f %8llu | %7zu "
+             "%8.3f | %8.0f %8.0f %6.2f | %6.1f\n",
+             sim_alg_name(a.algs[ai]), n, cold.ready_ms, cold.ready_ms - a.build_ms,
+             base_ready > 0 ? (cold.ready_ms - a.build_ms) / base_ready : 0.0, cold.longest_wait_ms,
+             cold.longest_what, cold.collectives_max, cold.bytes_mean,
              (unsigned long long)cold.bytes_max,
-             cold.frames ? (double)cold.root_frame_bytes / cold.frames : 0.0, warm.collectives_max,
-             warm.ready_ms, cold.cpu_us_mean, warm.cpu_us_mean,
-             base_cpu > 0 ? cold.cpu_us_mean / base_cpu : 0.0, cold.real_s + warm.real_s);
+             cold.frames ? (double)cold.root_frame_bytes / cold.frames : 0.0,
+             (unsigned long long)cold.bytes_received, warm.collectives_max, warm.ready_ms,
+             cold.cpu_us_mean, warm.cpu_us_mean, base_cpu > 0 ? cold.cpu_us_mean / base_cpu : 0.0,
+             cold.real_s + warm.real_s);
       fflush(stdout);
       snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", root, others);
       if (system(cmd) != 0) fprintf(stderr, "coord_scale: could not remove %s\n", root);

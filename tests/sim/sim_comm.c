@@ -14,7 +14,11 @@
 #include "common/clock.h"
 #include "loader/coord_internal.h" /* COORD_FRAME_BYTES: which broadcasts are status frames */
 
-#define RING_CHUNK ((size_t)128 << 10) /* a ring broadcast pipelines chunks of this size */
+/* A ring broadcast forwards slices of this size as they arrive (NCCL's LL128 and
+ * LL protocols pipeline finer still; its Simple protocol, for large messages,
+ * in steps of up to 512 KiB): the first slice crosses N - 1 hops, the rest
+ * follow one hop behind each other. */
+#define RING_CHUNK ((size_t)4 << 10)
 
 typedef struct sim_rank {
   sim_world *w;
@@ -47,6 +51,10 @@ struct sim_world {
   double *t; /* scratch: per-rank times */
   kiln_clock_hook hook;
 };
+
+/* Virtual times closer than this are the same time: the clock is summed in
+ * doubles, and a frame due at the build's end must not come out as "before". */
+#define EPS_MS 1e-6
 
 static __thread sim_rank *me; /* the rank this thread runs, or NULL */
 
@@ -87,7 +95,7 @@ static void hook_wait(void *user, pthread_cond_t *cond, pthread_mutex_t *lock, c
   sim_world *w = user;
   sim_rank *r = me;
   if (!r) return;
-  if (until_ms <= w->build_end_ms) {
+  if (until_ms <= w->build_end_ms + EPS_MS) {
     r->st.clock_ms = until_ms;
     return;
   }
@@ -104,7 +112,7 @@ static void hook_wait(void *user, pthread_cond_t *cond, pthread_mutex_t *lock, c
 /* The root's build lasts until its virtual clock reaches build_end_ms. */
 static int hook_build_held(void *user) {
   sim_world *w = user;
-  return me && me->st.clock_ms < w->build_end_ms;
+  return me && me->st.clock_ms < w->build_end_ms - EPS_MS;
 }
 
 /* ---- cost models: each participant's end time, from the arrival times ---- */
