@@ -66,14 +66,16 @@ static int parse(args *a, int argc, char **argv) {
     if (!val) return fprintf(stderr, "coord_scale: %s needs a value\n", k), 0;
     i++;
     if (strcmp(k, "--ranks") == 0 || strcmp(k, "--alg") == 0) {
-      char buf[256], *save = NULL;
+      char buf[256];
       int is_ranks = k[2] == 'r';
-      snprintf(buf, sizeof buf, "%s", val);
+      if (snprintf(buf, sizeof buf, "%s", val) >= (int)sizeof buf)
+        return fprintf(stderr, "coord_scale: %s: too long\n", k), 0;
       if (is_ranks)
         a->n_ranks = 0;
       else
         a->n_algs = 0;
-      for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+      for (char *t = buf, *comma; t; t = comma ? comma + 1 : NULL) {
+        if ((comma = strchr(t, ','))) *comma = '\0';
         if (is_ranks) {
           if (a->n_ranks == MAX_LIST || !number(t, 1, 1 << 20, &v))
             return fprintf(stderr, "coord_scale: --ranks %s: 1 to 1048576, at most 16\n", val), 0;

@@ -57,7 +57,16 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   for (int i = 1; i + 1 < argc; i++)
-    if (strcmp(argv[i], "--reps") == 0) reps = atoi(argv[i + 1]) > 0 ? atoi(argv[i + 1]) : reps;
+    if (strcmp(argv[i], "--reps") == 0) {
+      char *end;
+      long v = strtol(argv[i + 1], &end, 10);
+      if (*end || v < 1 || v > 1000000) {
+        if (rank == 0) fprintf(stderr, "mpi_alpha_beta: --reps %s: 1 to 1000000\n", argv[i + 1]);
+        MPI_Finalize();
+        return 2;
+      }
+      reps = (int)v;
+    }
   if (size < 2) {
     if (rank == 0) fprintf(stderr, "mpi_alpha_beta: run it with at least 2 ranks\n");
     MPI_Finalize();
