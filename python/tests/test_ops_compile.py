@@ -1,5 +1,6 @@
 """torch.library.opcheck on every kiln:: op, and torch.compile(fullgraph=True)
-through a small model that uses them all (fake driver, CPU tensors)."""
+through a small model that uses them all (fake driver, CPU tensors, the
+aot_eager backend; on CUDA tensors with inductor: conftest.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import kiln.torch as kt
+from conftest import COMPILE_BACKEND
 from kiln.torch import _runtime
 
 ops = torch.ops.kiln
@@ -106,9 +108,9 @@ def test_compile_transposed_inputs():
     # "incorrect fake kernel" before: the fake impl kept x's strides
     x = torch.randn(16, 3)
     w, b = torch.ones(3), torch.zeros(3)
-    f = torch.compile(lambda t: kt.scaled_softmax(t.t()), fullgraph=True, backend="aot_eager")
+    f = torch.compile(lambda t: kt.scaled_softmax(t.t()), fullgraph=True, backend=COMPILE_BACKEND)
     torch.testing.assert_close(f(x), F.softmax(x.t(), -1))
-    g = torch.compile(lambda t: kt.layer_norm(t.transpose(0, 1), w, b), fullgraph=True, backend="aot_eager")
+    g = torch.compile(lambda t: kt.layer_norm(t.transpose(0, 1), w, b), fullgraph=True, backend=COMPILE_BACKEND)
     torch.testing.assert_close(g(x.t().contiguous()), F.layer_norm(x, (3,), w, b), rtol=1e-5, atol=1e-5)
 
 
@@ -172,7 +174,7 @@ def test_torch_compile_fullgraph_matches_eager(training):
         return loss, grads
 
     loss_e, grads_e = run(model)
-    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    compiled = torch.compile(model, fullgraph=True, backend=COMPILE_BACKEND)
     loss_c, grads_c = run(compiled)
     torch.testing.assert_close(loss_c, loss_e)
     for a, b in zip(grads_c, grads_e):
