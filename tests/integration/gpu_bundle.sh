@@ -16,6 +16,15 @@
 #         OUT holds at most 8 files, summary.txt and a tarball of every log;
 #       * `run sanitize OUT` records every step as skipped (no
 #         compute-sanitizer), and RUN_BUDGET=0 skips every step, not fails;
+#       * `run all OUT` with RUN_BUDGET=30 ends within it (every group in its
+#         share, what does not fit skipped; python3 there has no torch, so
+#         the torch steps skip), writes only summary.txt, kiln-all.tar.gz
+#         and results.json, and records every step;
+#       * `run all OUT --only probe,torch` with the test venv's Python
+#         (IT_TEST_PYTHON): the op tests pass on CPU tensors through the fake
+#         driver's host memory, torch.compile capped at 1 s (RUN_LIMITS) is
+#         recorded as timeout and the run goes on to torch.graphs (skipped:
+#         no CUDA), nothing outside --only runs;
 #       * bad usage exits 2.
 # Prints the bundle's size, its build time and the time of `run tests`.
 . "$(dirname "$0")/lib.sh" "$@"
@@ -41,10 +50,12 @@ build_s=$((SECONDS - start))
 expect_stderr_contains "every ELF resolves its libraries in lib/ or glibc"
 bytes=$(du -sb "$T/made" | cut -f1)
 ((bytes <= 40 * 1024 * 1024)) || fail "the bundle is $bytes bytes, over 40 MiB"
-for f in run bin/kiln lib/libkiln.so.0.2 bench/softmax_bw bench/kernels_vs_torch cache.tar.gz BUNDLE.txt tests.list; do
+for f in run bin/kiln lib/libkiln.so.0.2 bench/softmax_bw bench/kernels_vs_torch bench/megatron_layer.py \
+  python/kiln/__init__.py python/tests/test_ops_cuda.py cache.tar.gz BUNDLE.txt tests.list; do
   [[ -e $T/made/$f ]] || fail "the bundle has no $f"
 done
 grep -q "^toolchain: *nvrtc-" "$T/made/BUNDLE.txt" || fail "BUNDLE.txt names no toolchain"
+grep -qE "^wheels: +megatron_core-0\.16\.1-cp312-" "$T/made/BUNDLE.txt" || fail "BUNDLE.txt: $(grep '^wheels' "$T/made/BUNDLE.txt")"
 tar xzf "$T/made/cache.tar.gz" -C "$T" || fail "cache.tar.gz does not unpack"
 new_cache "$T/ls-cache"
 KILN_CACHE_PATH=$T/cache kiln cache ls --json --cache "$T/ls-cache" >"$T/ls.json" ||
@@ -120,11 +131,64 @@ grep -qE "^probe +skip .*budget is spent" "$T/none/summary.txt" || fail "RUN_BUD
 grep -qE " (pass|fail|timeout) " "$T/none/summary.txt" && fail "RUN_BUDGET=0 ran a step"
 [[ -f $T/none/kiln-tests.tar.gz ]] || fail "RUN_BUDGET=0: no tarball"
 
+log "run all, RUN_BUDGET=30: every group in its share, what does not fit skipped"
+fake_env=(KILN_CUDA_LIBRARY="$IT_FAKECUDA" KILN_FAKE_CUDA_DEVICES=90 KILN_NCCL_LIBRARY="$fakenccl")
+start=$SECONDS
+masked env "${fake_env[@]}" RUN_BUDGET=30 "$b/run" all "$T/all" >"$OUT" 2>"$ERR"
+rc=$?
+all_s=$((SECONDS - start))
+s=$T/all/summary.txt
+sed 's/^/  | /' "$s"
+((rc <= 1)) || fail "run all exited $rc: $(tail -5 "$ERR")"
+((all_s <= 30 + 10)) || fail "run all took $all_s s with RUN_BUDGET=30"
+expect_eq "$(find "$T/all" -type f -printf '%f\n' | sort | tr '\n' ' ')" "kiln-all.tar.gz results.json summary.txt " "run all's files"
+for g in probe warmup-verify gpu.softmax torch.ops torch.compile torch.graphs memcheck.softmax bench.megatron_layer bench.loader_warm; do
+  grep -qE "^$g +(pass|fail|timeout|skip) " "$s" || fail "run all recorded no $g: $(cat "$s")"
+done
+# python3 there has no torch; no compute-sanitizer; the fake driver's timings mean nothing
+grep -qE "^torch.ops +skip .*cannot import torch" "$s" || fail "torch.ops: $(grep '^torch.ops' "$s")"
+grep -qE "^memcheck.softmax +skip .*no compute-sanitizer" "$s" || fail "memcheck: $(grep '^memcheck.softmax' "$s")"
+grep -qE "^bench.loader_warm +skip .*fake driver" "$s" || fail "bench.loader_warm: $(grep '^bench.loader_warm' "$s")"
+grep -qE "^bench.megatron_layer +skip .*(wheel is for cp312|cannot import torch)" "$s" || fail "bench.megatron_layer: $(grep '^bench.megatron_layer' "$s")"
+expect_eq "$(json "$T/all/results.json" 'len(d["steps"]) == len([l for l in open("'"$s"'") if l.split()[1:2] and l.split()[1] in ("pass", "fail", "skip", "timeout")]) and d["budget_s"]')" 30 \
+  "results.json: every step of summary.txt, and the budget"
+tar tzf "$T/all/kiln-all.tar.gz" >"$T/listed" || fail "kiln-all.tar.gz does not list"
+for f in summary.txt results.json BUNDLE.txt nvidia-smi-q.txt machine.txt; do
+  grep -qx "$f" "$T/listed" || fail "kiln-all.tar.gz lacks $f"
+done
+
+log "run all --only probe,torch: the torch op tests on the fake driver's host memory, one step past its timeout"
+py=${IT_TEST_PYTHON:-}
+if [[ -n $py && -x $py ]] && "$py" -c 'import torch, pytest' 2>/dev/null; then
+  start=$SECONDS
+  expect_exit 1 masked env "${fake_env[@]}" KILN_FAKE_CUDA_HOST_MEMORY=1 RUN_PYTHON="$py" RUN_BUDGET=90 \
+    RUN_LIMITS=torch.compile=1 RUN_PYTEST_ARGS="-k scaled_softmax" "$b/run" all "$T/only" --only probe,torch
+  only_s=$((SECONDS - start))
+  s=$T/only/summary.txt
+  sed 's/^/  | /' "$s"
+  grep -qE "^probe +pass " "$s" || fail "probe: $(grep '^probe' "$s")"
+  grep -qE "^torch.ops +pass " "$s" || fail "torch.ops on the fake driver: $(grep '^torch.ops' "$s"); $(tail -20 "$ERR")"
+  grep -qE "^torch.compile +timeout +[0-9]+ s  after 1 s" "$s" || fail "torch.compile was not stopped at 1 s: $(grep '^torch.compile' "$s")"
+  grep -qE "^torch.graphs +skip .*CUDA graphs need CUDA tensors" "$s" || fail "the run did not go on to torch.graphs: $(grep '^torch.graphs' "$s")"
+  grep -qE "^(warmup-verify|gpu\.|memcheck\.|bench\.)" "$s" && fail "--only probe,torch ran other steps: $(cat "$s")"
+  grep -qE "^  torch.ops: [1-9][0-9]* passed" "$s" || fail "no pytest figure for torch.ops in the key figures"
+  expect_eq "$(json "$T/only/results.json" '[s["name"] + " " + s["result"] for s in d["steps"]]')" \
+    '["probe pass", "torch.ops pass", "torch.compile timeout", "torch.graphs skip"]' "results.json's steps"
+  expect_eq "$(find "$T/only" -type f | wc -l)" 3 "files of run all --only"
+else
+  only_s=-
+  log "no test Python with torch and pytest (IT_TEST_PYTHON='$py'): the torch steps on the fake driver are not run"
+fi
+expect_exit 2 "$b/run" all "$T/x" --only
+expect_exit 2 "$b/run" all "$T/x" --only bogus
+expect_stderr_contains "not a group"
+RUN_LIMITS=torch.ops expect_exit 2 "$b/run" all "$T/x"
+
 expect_exit 2 "$b/run"
 expect_exit 2 "$b/run" bogus "$T/x"
 expect_exit 2 "$b/run" tests
 expect_exit 2 "$src/scripts/gpu-bundle-run" tests "$T/x"
 expect_stderr_contains "not a bundle"
 
-printf '%s: bundle %s bytes (%.1f MiB; %s units x sm_90, sm_100 + PTX), built from scratch in %s s; run tests on the fake driver: %s s\n' \
-  "$TEST_NAME" "$bytes" "$(awk -v b="$bytes" 'BEGIN { print b / 1048576 }')" "$units" "$build_s" "$run_s"
+printf '%s: bundle %s bytes (%.1f MiB; %s units x sm_90, sm_100 + PTX), built from scratch in %s s; on the fake driver: run tests %s s, run all (RUN_BUDGET=30) %s s, run all --only probe,torch %s s\n' \
+  "$TEST_NAME" "$bytes" "$(awk -v b="$bytes" 'BEGIN { print b / 1048576 }')" "$units" "$build_s" "$run_s" "$all_s" "$only_s"
