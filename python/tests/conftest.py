@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import os
 
-import torch
-
 DEVICE = os.environ.get("KILN_TEST_DEVICE", "cpu")
 if DEVICE not in ("cpu", "cuda"):
     raise SystemExit(f"KILN_TEST_DEVICE={DEVICE!r}: expected cpu or cuda")
 if DEVICE == "cuda":
+    import torch  # only here: test_api.py and test_binding.py need no torch
+
     if not torch.cuda.is_available():
         raise SystemExit(f"KILN_TEST_DEVICE=cuda, but torch {torch.__version__} sees no CUDA device")
     torch.set_default_device("cuda")
