@@ -26,7 +26,8 @@
 #         recorded as timeout and the run goes on to torch.graphs (skipped:
 #         no CUDA), nothing outside --only runs;
 #       * bad usage exits 2.
-# Prints the bundle's size, its build time and the time of `run tests`.
+# Prints the bundle's size, its build time and the times of `run tests`, `run all`
+# (RUN_BUDGET=30) and `run all --only probe,torch`.
 . "$(dirname "$0")/lib.sh" "$@"
 
 require_masking
