@@ -20,6 +20,19 @@
 /* Everything here goes into the key. -v only makes ptxas report resources. */
 #define KILN_COMPILE_OPTIONS "-std=c++17 --ptxas-options=-v"
 
+#define NO_PAIR ((size_t)-1)
+
+/* What one pool task compiles: item idx, and item ptx (the PTX of the same
+ * unit and arch) from the same compile unless NO_PAIR. */
+typedef struct build_task {
+  size_t idx, ptx;
+  /* the order (longest_first) */
+  const kiln_unit_info *unit;
+  size_t unit_bytes;
+  int rank; /* 3 a pair, 2 a CUBIN, 1 a PTX alone */
+  int arch;
+} build_task;
+
 typedef struct build_ctx {
   kiln_cache *cache;
   kiln_build_summary *s;
@@ -28,6 +41,8 @@ typedef struct build_ctx {
   const char *options; /* kiln_build_compile_options() */
   char (*keys)[65];
   size_t *todo; /* indices of items to compile */
+  build_task *tasks;
+  size_t n_tasks;
   size_t n_todo, done;
   int failure_ttl;
   int64_t stale_ms, wait_ms;
@@ -92,27 +107,20 @@ static void fail_item(kiln_build_item *it, kiln_status st, const char *msg) {
   snprintf(it->error, sizeof it->error, "%s", msg);
 }
 
-static void compile_task(size_t i, void *user) {
-  build_ctx *b = user;
-  size_t idx = b->todo[i];
+/* Stores what compiling item idx gave (a record, or a remembered failure),
+ * logs the run, releases the item's lease and reports it. */
+static void finish_item(build_ctx *b, size_t idx, kiln_status rc, kiln_artifact *a, int64_t started,
+                        double ms) {
   kiln_build_item *it = &b->s->items[idx];
-  kiln_artifact a;
   kiln_record *rec = &it->record;
-  int64_t started = kiln_wall_ms() / 1000;
-  double t0 = kiln_clock_ms(), cpu0 = kiln_thread_cpu_s(), cpu;
-  kiln_status rc = kiln_compile_unit(&a, it->unit, &it->target, b->options);
-  cpu = kiln_thread_cpu_s() - cpu0;
-  pthread_mutex_lock(&b->lock);
-  b->s->compile_cpu_s += cpu;
-  pthread_mutex_unlock(&b->lock);
-  if (kiln_builds_add(b->cache, b->keys[idx], it->unit->name, it->target_name, started,
-                      kiln_clock_ms() - t0, rc == KILN_OK) != KILN_OK)
+  if (kiln_builds_add(b->cache, b->keys[idx], it->unit->name, it->target_name, started, ms,
+                      rc == KILN_OK) != KILN_OK)
     kiln_log(KILN_LOG_WARN, "%s", kiln_last_error());
   if (rc != KILN_OK) {
     fail_item(it, rc, kiln_last_error());
-    if (rc == KILN_ECOMPILE && a.log) {
-      it->log_tail = log_tail(a.log, 20);
-      kiln_cache_put_failure(b->cache, b->keys[idx], it->unit->name, it->target_name, a.log,
+    if (rc == KILN_ECOMPILE && a->log) {
+      it->log_tail = log_tail(a->log, 20);
+      kiln_cache_put_failure(b->cache, b->keys[idx], it->unit->name, it->target_name, a->log,
                              b->failure_ttl);
     }
     goto out;
@@ -124,13 +132,13 @@ static void compile_task(size_t i, void *user) {
   snprintf(rec->kind, sizeof rec->kind, "%s", it->target.kind == KILN_TARGET_PTX ? "ptx" : "cubin");
   snprintf(rec->toolchain, sizeof rec->toolchain, "%s", b->toolchain);
   snprintf(rec->options, sizeof rec->options, "%s", b->options);
-  rec->build_ms = a.ms;
-  rec->registers = a.res.registers;
-  rec->spill_stores = a.res.spill_stores;
-  rec->spill_loads = a.res.spill_loads;
-  rec->shared_bytes = a.res.shared_bytes;
-  rec->stack_bytes = a.res.stack_bytes;
-  rc = kiln_cache_put(b->cache, rec, a.data, a.size, a.log, a.log_len);
+  rec->build_ms = a->ms;
+  rec->registers = a->res.registers;
+  rec->spill_stores = a->res.spill_stores;
+  rec->spill_loads = a->res.spill_loads;
+  rec->shared_bytes = a->res.shared_bytes;
+  rec->stack_bytes = a->res.stack_bytes;
+  rc = kiln_cache_put(b->cache, rec, a->data, a->size, a->log, a->log_len);
   if (rc != KILN_OK) {
     char msg[sizeof it->error];
     snprintf(msg, sizeof msg, "storing its record %.12s: %s", rec->key, kiln_last_error());
@@ -140,12 +148,45 @@ static void compile_task(size_t i, void *user) {
   it->outcome = KILN_BUILD_BUILT;
   it->status = KILN_OK;
 out:
-  kiln_artifact_free(&a);
   /* After the record (or the failure) is in: a waiter that sees the lease
    * gone finds the result. */
   if (kiln_lease_release(b->cache, b->keys[idx]) != KILN_OK)
     kiln_log(KILN_LOG_WARN, "%s", kiln_last_error());
   report(b, it);
+}
+
+/* One task: an item's compile, or a CUBIN's and the PTX of the same unit
+ * and arch from that one compile (kiln_compile_unit_pair). */
+static void compile_task(size_t i, void *user) {
+  build_ctx *b = user;
+  const build_task *t = &b->tasks[i];
+  kiln_build_item *it = &b->s->items[t->idx];
+  kiln_artifact a, p;
+  int64_t started = kiln_wall_ms() / 1000;
+  double t0 = kiln_clock_ms(), cpu0 = kiln_thread_cpu_s(), ms;
+  kiln_status rc = t->ptx == NO_PAIR
+                       ? kiln_compile_unit(&a, it->unit, &it->target, b->options)
+                       : kiln_compile_unit_pair(&a, &p, it->unit, &it->target, b->options);
+  double cpu = kiln_thread_cpu_s() - cpu0;
+  ms = kiln_clock_ms() - t0;
+  finish_item(b, t->idx, rc, &a, started, ms);
+  kiln_artifact_free(&a);
+  if (t->ptx != NO_PAIR) {
+    kiln_build_item *pt = &b->s->items[t->ptx];
+    kiln_status prc = rc;
+    if (rc != KILN_OK) { /* ptxas may reject what compute_XY's PTX alone allows */
+      t0 = kiln_clock_ms();
+      cpu0 = kiln_thread_cpu_s();
+      prc = kiln_compile_unit(&p, pt->unit, &pt->target, b->options);
+      cpu += kiln_thread_cpu_s() - cpu0;
+      ms = kiln_clock_ms() - t0;
+    }
+    finish_item(b, t->ptx, prc, &p, started, ms);
+    kiln_artifact_free(&p);
+  }
+  pthread_mutex_lock(&b->lock);
+  b->s->compile_cpu_s += cpu;
+  pthread_mutex_unlock(&b->lock);
 }
 
 /* Settles idx from the cache: a record is `hit` (HIT, or SHARED when another
@@ -336,6 +377,71 @@ static void upload_plan(build_ctx *b) {
   free(keys);
 }
 
+/* Longest first, as far as it can be told before compiling: the unit with
+ * the most source first (the softmax units, which instantiate the most entry
+ * points, are the largest and the slowest); within a unit a CUBIN with its
+ * PTX, then the CUBINs from the highest arch down (ptxas takes longer for
+ * sm_100 and up), then a PTX alone (no ptxas: about half a CUBIN). */
+static size_t unit_bytes(const kiln_unit_info *u) {
+  size_t n = 0;
+  for (size_t f = 0; f < u->n_files; f++)
+    n += u->files[f]->size;
+  return n;
+}
+
+static int longest_first(const void *x, const void *y) {
+  const build_task *a = x, *b = y;
+  if (a->unit_bytes != b->unit_bytes) return a->unit_bytes < b->unit_bytes ? 1 : -1;
+  if (a->unit != b->unit) return strcmp(a->unit->name, b->unit->name);
+  if (a->rank != b->rank) return b->rank - a->rank;
+  if (a->arch != b->arch) return b->arch - a->arch;
+  return a->idx < b->idx ? -1 : a->idx > b->idx;
+}
+
+static build_task make_task(const build_ctx *b, size_t idx, size_t ptx) {
+  const kiln_build_item *it = &b->s->items[idx];
+  build_task t = {idx, ptx, it->unit, unit_bytes(it->unit), 1, it->target.arch};
+  if (ptx != NO_PAIR)
+    t.rank = 3;
+  else if (it->target.kind == KILN_TARGET_CUBIN)
+    t.rank = 2;
+  return t;
+}
+
+/* The tasks for the items in mine[]: a PTX target whose unit has the CUBIN
+ * of the same arch in mine[] rides on that CUBIN's compile. Longest first,
+ * so that no core is left with a long compile at the end while the others
+ * idle. */
+static kiln_status plan_tasks(build_ctx *b, const size_t *mine, size_t n_mine) {
+  size_t n = 0;
+  char *paired = calloc(n_mine ? n_mine : 1, 1);
+  free(b->tasks);
+  b->tasks = calloc(n_mine ? n_mine : 1, sizeof *b->tasks);
+  if (!b->tasks || !paired) {
+    free(paired);
+    return kiln_fail(KILN_ENOMEM, "out of memory");
+  }
+  for (size_t i = 0; i < n_mine; i++) {
+    const kiln_build_item *p = &b->s->items[mine[i]];
+    if (p->target.kind != KILN_TARGET_PTX) continue;
+    for (size_t j = 0; j < n_mine; j++) {
+      const kiln_build_item *c = &b->s->items[mine[j]];
+      if (paired[j] || c->unit != p->unit || c->target.kind != KILN_TARGET_CUBIN ||
+          c->target.arch_specific || c->target.arch != p->target.arch)
+        continue;
+      paired[i] = paired[j] = 1;
+      b->tasks[n++] = make_task(b, mine[j], mine[i]);
+      break;
+    }
+  }
+  for (size_t i = 0; i < n_mine; i++)
+    if (!paired[i]) b->tasks[n++] = make_task(b, mine[i], NO_PAIR);
+  qsort(b->tasks, n, sizeof *b->tasks, longest_first);
+  b->n_tasks = n;
+  free(paired);
+  return KILN_OK;
+}
+
 /* Compiles every pending item this process wins the lease for, waits for
  * the others (polling, bounded), and takes over leases whose holder died. */
 static kiln_status single_flight(build_ctx *b) {
@@ -402,9 +508,8 @@ static kiln_status single_flight(build_ctx *b) {
     if (n_mine) KILN_CHECK(fetch_mine(b, mine, &n_mine));
     if (n_mine && b->offline) refuse_offline(b, mine, &n_mine);
     if (n_mine) {
-      b->todo = mine; /* compile_task reads b->todo */
-      b->n_todo = n_mine;
-      KILN_CHECK(kiln_pool_run(n_mine, b->jobs, compile_task, b));
+      KILN_CHECK(plan_tasks(b, mine, n_mine));
+      KILN_CHECK(kiln_pool_run(b->n_tasks, b->jobs, compile_task, b));
       poll = 20;
       continue;
     }
@@ -429,6 +534,8 @@ out:
   heartbeat_stop(b);
   free(pending);
   free(mine);
+  free(b->tasks);
+  b->tasks = NULL;
   free(told);
   free(unusable);
   return rc;

@@ -104,8 +104,34 @@ static kiln_status main_source(const kiln_unit_info *unit, char **out) {
   return KILN_OK;
 }
 
+/* The PTX's copy of a paired compile's log: what NVRTC says before ptxas
+ * runs, which is the whole log of a compile for compute_XY. */
+static kiln_status ptx_log(const kiln_artifact *cubin, kiln_artifact *ptx) {
+  const char *log = cubin->log ? cubin->log : "", *p = log;
+  size_t n = strlen(log);
+  while (*p) {
+    if (strncmp(p, "ptxas", 5) == 0) {
+      n = (size_t)(p - log);
+      break;
+    }
+    p = strchr(p, '\n');
+    if (!p) break;
+    p++;
+  }
+  ptx->log = strndup(log, n);
+  if (!ptx->log) return kiln_fail(KILN_ENOMEM, "out of memory");
+  ptx->log_len = n;
+  return KILN_OK;
+}
+
 kiln_status kiln_compile_unit(kiln_artifact *out, const kiln_unit_info *unit,
                               const kiln_target *target, const char *options) {
+  return kiln_compile_unit_pair(out, NULL, unit, target, options);
+}
+
+kiln_status kiln_compile_unit_pair(kiln_artifact *out, kiln_artifact *ptx,
+                                   const kiln_unit_info *unit, const kiln_target *target,
+                                   const char *options) {
   const kiln_nvrtc_api *api;
   const char *argv[MAX_OPTS], *hdr_src[MAX_FILES], *hdr_name[MAX_FILES];
   char opt_buf[1024], arch[32], tname[16], what[160];
@@ -117,6 +143,9 @@ kiln_status kiln_compile_unit(kiln_artifact *out, const kiln_unit_info *unit,
   kiln_status rc;
 
   memset(out, 0, sizeof *out);
+  if (ptx) memset(ptx, 0, sizeof *ptx);
+  if (ptx && target->kind != KILN_TARGET_CUBIN)
+    return kiln_fail(KILN_EINVAL, "a paired compile starts from a CUBIN target");
   KILN_CHECK(kiln_nvrtc_get(&api));
   KILN_CHECK(kiln_param_test_compile_delay_ms(&delay));
   if (delay > 0) {
@@ -158,10 +187,19 @@ kiln_status kiln_compile_unit(kiln_artifact *out, const kiln_unit_info *unit,
   } else {
     kiln_parse_resources(&out->res, out->log);
   }
+  if (ptx) {
+    /* NVRTC keeps the PTX it gave ptxas: the same bytes a compile for
+     * compute_XY returns (tests/unit/test_compiler_compile.c checks it). */
+    KILN_CHECK(fetch_code(api, prog, 1, ptx));
+    KILN_CHECK(ptx_log(out, ptx));
+    memset(&ptx->res, 0xff, sizeof ptx->res);
+  }
   out->ms = kiln_clock_ms() - t0;
+  if (ptx) ptx->ms = out->ms;
 out:
   if (prog) api->DestroyProgram(&prog);
   free(src);
+  if (rc != KILN_OK && ptx) kiln_artifact_free(ptx);
   return rc;
 }
 

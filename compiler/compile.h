@@ -34,6 +34,14 @@ typedef struct kiln_artifact {
  * free it with kiln_artifact_free). */
 kiln_status kiln_compile_unit(kiln_artifact *out, const kiln_unit_info *unit,
                               const kiln_target *target, const char *options);
+/* The same compile for a CUBIN target sm_XY that also returns, in *ptx, the
+ * PTX NVRTC made on the way: byte for byte what a compile of compute_XY with
+ * the same options returns, with its log (the log up to ptxas's lines) and
+ * res -1, ms the shared compile's. One NVVM pass where two compiles would
+ * each make one. *ptx is left empty when the compile fails. */
+kiln_status kiln_compile_unit_pair(kiln_artifact *out, kiln_artifact *ptx,
+                                   const kiln_unit_info *unit, const kiln_target *target,
+                                   const char *options);
 void kiln_artifact_free(kiln_artifact *a);
 
 /* Parses ptxas -v lines in log into res (exposed for tests). */

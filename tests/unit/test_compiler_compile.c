@@ -63,6 +63,45 @@ static void test_compile_cubin_and_ptx(void **state) {
   kiln_artifact_free(&a);
 }
 
+/* A CUBIN compile's PTX is the PTX target's: same bytes, same log. */
+static void test_pair_gives_the_ptx_compile_of_the_same_arch(void **state) {
+  (void)state;
+  kiln_source_file f = {"t/t.cu", good_src, sizeof good_src - 1};
+  const kiln_source_file *files[] = {&f};
+  kiln_unit_info u = {"t", "", 80, &f, 1, files, 0, NULL};
+  kiln_target cubin = {80, 0, KILN_TARGET_CUBIN}, ptx = {80, 0, KILN_TARGET_PTX};
+  const char *opts = "-std=c++17 --ptxas-options=-v";
+  kiln_artifact c, p, alone;
+  assert_int_equal(kiln_compile_unit_pair(&c, &p, &u, &cubin, opts), KILN_OK);
+  assert_memory_equal(c.data,
+                      "\x7f"
+                      "ELF",
+                      4);
+  assert_non_null(strstr(c.log, "ptxas"));
+  assert_int_equal(c.res.functions, 1);
+  assert_int_equal(kiln_compile_unit(&alone, &u, &ptx, opts), KILN_OK);
+  assert_int_equal(p.size, alone.size);
+  assert_memory_equal(p.data, alone.data, alone.size);
+  assert_string_equal(p.log, alone.log);
+  assert_int_equal(p.log_len, alone.log_len);
+  assert_int_equal(p.res.registers, -1);
+  assert_null(strstr(p.log, "ptxas"));
+  kiln_artifact_free(&c);
+  kiln_artifact_free(&p);
+  kiln_artifact_free(&alone);
+  /* only from a CUBIN target */
+  assert_int_equal(kiln_compile_unit_pair(&c, &p, &u, &ptx, opts), KILN_EINVAL);
+  /* a failed compile leaves the PTX empty */
+  kiln_source_file bad = {"t/bad.cu", bad_src, sizeof bad_src - 1};
+  const kiln_source_file *bad_files[] = {&bad};
+  kiln_unit_info bu = {"bad", "", 80, &bad, 1, bad_files, 0, NULL};
+  assert_int_equal(kiln_compile_unit_pair(&c, &p, &bu, &cubin, opts), KILN_ECOMPILE);
+  assert_null(p.data);
+  assert_null(p.log);
+  kiln_artifact_free(&c);
+  kiln_artifact_free(&p);
+}
+
 static void test_compile_error_keeps_the_log(void **state) {
   (void)state;
   kiln_source_file f = {"t/bad.cu", bad_src, sizeof bad_src - 1};
@@ -81,6 +120,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_parse_resources_max_and_sum),
       cmocka_unit_test(test_compile_cubin_and_ptx),
+      cmocka_unit_test(test_pair_gives_the_ptx_compile_of_the_same_arch),
       cmocka_unit_test(test_compile_error_keeps_the_log),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
