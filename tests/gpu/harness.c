@@ -10,7 +10,7 @@
 #include "common/half.h" /* f16/bf16 conversions, as libkiln does them */
 
 /* One run per program: the counters are what the final line reports. */
-static int g_pass, g_fail, g_quick;
+static int g_pass, g_fail, g_quick, g_trim;
 
 /* ---- counted results ---------------------------------------------------------- */
 
@@ -155,8 +155,18 @@ int gt_quick(void) {
   return g_quick;
 }
 
+int gt_trim(void) {
+  return g_trim;
+}
+
+/* An environment flag: set, not empty and not "0". */
+static int flag(const char *name) {
+  const char *v = getenv(name);
+  return v && *v && strcmp(v, "0") != 0;
+}
+
 int gt_init(gt_run *r, const char *family) {
-  const char *quick = getenv("KILN_GPU_TEST_QUICK"), *tmp = getenv("TMPDIR");
+  const char *tmp = getenv("TMPDIR");
   const char *env_cache = getenv("KILN_CACHE_DIR");
   int n = 0;
   kiln_status st;
@@ -170,7 +180,10 @@ int gt_init(gt_run *r, const char *family) {
   }
   /* line-buffered: a test killed by its timeout still shows how far it got */
   setvbuf(stdout, NULL, _IOLBF, 0);
-  g_quick = quick && *quick && strcmp(quick, "0") != 0;
+  /* trim picks its own shapes, the riskiest at full width: quick's size cap
+   * would drop the largest columns, so trim wins when both are set */
+  g_trim = flag("KILN_GPU_TEST_TRIM");
+  g_quick = !g_trim && flag("KILN_GPU_TEST_QUICK");
   snprintf(r->root, sizeof r->root, "%s/kiln-gpu-test-XXXXXX", tmp && *tmp ? tmp : "/tmp");
   if (!mkdtemp(r->root)) { /* 0700 */
     char what[128];
@@ -215,7 +228,7 @@ void gt_print_device(const gt_run *r, unsigned show) {
   if (show & GT_SHOW_DRIVER) printf(", driver %d", i->driver_version);
   if (show & GT_SHOW_PTX_ISA) printf(" (PTX ISA up to %d.%d)", i->ptx_isa / 10, i->ptx_isa % 10);
   if (show & GT_SHOW_CACHE) printf(", cache %s", r->cache);
-  printf("%s\n", g_quick ? ", quick" : "");
+  printf("%s\n", g_trim ? ", trim" : g_quick ? ", quick" : "");
 }
 
 int gt_start(gt_run *r, const char *family, unsigned show) {

@@ -1,6 +1,7 @@
 /* harness.h — what every gpu test program shares, so that each
  * test_<family>_gpu.c holds only its checks, shapes and tolerances:
- *   - the run: skip (77) without a device, KILN_GPU_TEST_QUICK, a temp cache
+ *   - the run: skip (77) without a device, KILN_GPU_TEST_QUICK and
+ *     KILN_GPU_TEST_TRIM, a temp cache
  *     under TMPDIR unless KILN_CACHE_DIR is set, a loader on device 0, its
  *     primary context current, cleanup and the final "gpu.<family>: N passed,
  *     M failed" line with the exit status;
@@ -25,9 +26,14 @@
  *
  * gt_start is gt_init, gt_open, gt_print_device and gt_context in a row; call
  * them one by one to print more about the device before its context is made
- * (test_softmax_gpu.c does). Shapes: if (gt_quick()) keep them small.
+ * (test_softmax_gpu.c does). Shapes: if (gt_quick()) keep them small; if
+ * (gt_trim()) run, per dtype and direction, only the shapes most likely to
+ * break (odd columns, misaligned rows, the largest columns the family takes,
+ * bad token ids at TP=1), each family naming them and why, with every kind of
+ * check still made (reference, einval, bad ids). The GPU bundle's `run all`
+ * sets it (docs/gpu.md): the whole verdict in its 90 s share.
  *
- * The counters and the quick flag are process-wide (one run per program). */
+ * The counters and the quick and trim flags are process-wide (one run per program). */
 #ifndef KILN_TESTS_GPU_HARNESS_H
 #define KILN_TESTS_GPU_HARNESS_H
 
@@ -75,14 +81,19 @@ int gt_open(gt_run *r);
  * allocations, copies and launches: 1, or 0 with a FAIL counted. */
 int gt_context(gt_run *r);
 /* Prints the device line: "device 0: <name>, sm_XY, N SMs", what show
- * asks for, and ", quick" under KILN_GPU_TEST_QUICK. */
+ * asks for, and ", quick" under KILN_GPU_TEST_QUICK (", trim" under
+ * KILN_GPU_TEST_TRIM). */
 void gt_print_device(const gt_run *r, unsigned show);
 /* Releases everything gt_init/gt_open/gt_context made (fine after any of
  * them failed), prints "gpu.<family>: N passed, M failed"; the exit status.
  * When gt_init stopped the run: its status, and no line. */
 int gt_finish(gt_run *r);
-/* 1 when KILN_GPU_TEST_QUICK asks for small shapes (set by gt_init). */
+/* 1 when KILN_GPU_TEST_QUICK asks for small shapes (set by gt_init; 0
+ * under KILN_GPU_TEST_TRIM, which picks its own). */
 int gt_quick(void);
+/* 1 when KILN_GPU_TEST_TRIM asks for the riskiest shapes only, one run per
+ * dtype and direction of each (set by gt_init). */
+int gt_trim(void);
 
 /* ---- counted results ---------------------------------------------------------- */
 

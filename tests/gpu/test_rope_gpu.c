@@ -13,7 +13,8 @@
  * Exits 77 (skipped) when there is no CUDA device, 1 on any failure.
  *
  * Environment: KILN_CACHE_DIR (else a temp cache); KILN_GPU_TEST_QUICK=1
- * keeps only small shapes (for the CPU test double of libcuda). */
+ * keeps only small shapes (for the CPU test double of libcuda);
+ * KILN_GPU_TEST_TRIM=1 only the riskiest (trim_case). */
 #include <stdio.h>  /* printf, snprintf */
 #include <stdlib.h> /* malloc */
 #include <string.h> /* memcmp */
@@ -189,9 +190,18 @@ out:
   free(tol);
 }
 
+/* KILN_GPU_TEST_TRIM keeps these kCases (each in both layouts, both styles,
+ * every dtype, forward and backward): d = 6, rot = 4 (odd pairs per head, the
+ * scalar path), the misaligned pointers on a vector shape, and d = rot = 2100
+ * (the largest head: pairs past the cached angles). */
+static int trim_case(const tcase *c) {
+  return c->misalign || (c->sh.d == 6 && !c->inplace) || c->sh.d == 2100;
+}
+
 static void run_suite(kiln_loader *l) {
   for (size_t i = 0; i < N_CASES; i++) {
     if (gt_quick() && elems(&kCases[i].sh) > QUICK_MAX_ELEMS) continue;
+    if (gt_trim() && !trim_case(&kCases[i])) continue;
     for (int lay = 0; lay < 2; lay++)
       for (int st = 0; st < 2; st++)
         for (size_t d = 0; d < 3; d++)
