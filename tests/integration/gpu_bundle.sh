@@ -19,7 +19,8 @@
 #       * `run all OUT` with RUN_BUDGET=30 ends within it (every group in its
 #         share, what does not fit skipped; python3 there has no torch, so
 #         the torch steps skip), writes only summary.txt, kiln-all.tar.gz
-#         and results.json, and records every step;
+#         and results.json, records every step, and the gpu tests it passes
+#         ran trimmed (KILN_GPU_TEST_TRIM: their device line says ", trim");
 #       * `run all OUT --only probe,torch` with the test venv's Python
 #         (IT_TEST_PYTHON): the op tests pass on CPU tensors through the fake
 #         driver's host memory, torch.compile capped at 1 s (RUN_LIMITS) is
@@ -157,6 +158,15 @@ tar tzf "$T/all/kiln-all.tar.gz" >"$T/listed" || fail "kiln-all.tar.gz does not 
 for f in summary.txt results.json BUNDLE.txt nvidia-smi-q.txt machine.txt; do
   grep -qx "$f" "$T/listed" || fail "kiln-all.tar.gz lacks $f"
 done
+# the gpu tests that ran, ran trimmed (KILN_GPU_TEST_TRIM: the riskiest shapes)
+mkdir -p "$T/all-logs" && tar xzf "$T/all/kiln-all.tar.gz" -C "$T/all-logs" logs || fail "kiln-all.tar.gz's logs"
+trimmed=0
+while read -r name _; do
+  [[ $name != gpu.coord_nccl ]] && grep -qE "^$name +pass " "$s" || continue
+  grep -qE '^device 0: .*, trim$' "$T/all-logs/logs/$name.log" || fail "$name did not run trimmed: $(head -1 "$T/all-logs/logs/$name.log")"
+  trimmed=$((trimmed + 1))
+done <"$b/tests.list"
+((trimmed > 0)) || fail "run all (RUN_BUDGET=30) passed no gpu test: $(grep '^gpu\.' "$s")"
 
 log "run all --only probe,torch: the torch op tests on the fake driver's host memory, one step past its timeout"
 py=${IT_TEST_PYTHON:-}
