@@ -425,7 +425,7 @@ static void run_bwd(kiln_loader *l) {
  *   - hidden 12288 (forward) and 4096 (backward, every token on one id: the
  *     skewed sort): the largest hidden each direction of the suite takes, on
  *     few tokens and rows;
- *   - and at TP=1 the bad ids (run_bad_ids): -1, V and 2^40, one per dtype,
+ *   - and the bad ids (run_bad_ids, at TP=1 and 2): -1, V and 2^40, one per dtype,
  *     the synchronous check and the device flag in turn. */
 static void run_trim(kiln_loader *l) {
   for (size_t d = 0; d < 3; d++) {
