@@ -136,8 +136,8 @@ grep -qE " (pass|fail|timeout) " "$T/none/summary.txt" && fail "RUN_BUDGET=0 ran
 log "run all, RUN_BUDGET=30: every group in its share, what does not fit skipped"
 fake_env=(KILN_CUDA_LIBRARY="$IT_FAKECUDA" KILN_FAKE_CUDA_DEVICES=90 KILN_NCCL_LIBRARY="$fakenccl")
 start=$SECONDS
-masked env "${fake_env[@]}" RUN_BUDGET=30 "$b/run" all "$T/all" >"$OUT" 2>"$ERR"
-rc=$?
+rc=0
+masked env "${fake_env[@]}" RUN_BUDGET=30 "$b/run" all "$T/all" >"$OUT" 2>"$ERR" || rc=$?
 all_s=$((SECONDS - start))
 s=$T/all/summary.txt
 sed 's/^/  | /' "$s"
