@@ -49,7 +49,12 @@ def enable_cpu_tensors(on: bool = True) -> None:
     """Test mode: ops take CPU tensors and launch on the fake driver (device 0),
     with no stream. Only for kiln's own tests (python/tests); never in training."""
     global _cpu_tensors
+    if _cpu_tensors == on:
+        return
     _cpu_tensors = on
+    from kiln.torch import ops
+
+    ops._register()  # the C kernels take CPU tensors only in this mode
 
 
 def cpu_tensors_enabled() -> bool:
@@ -76,6 +81,15 @@ def loader(dev: int, options: _lib.kiln_loader_options | None = None) -> c_void_
     h = _loaders.get(dev)
     if h is not None:
         return h
+    from kiln.torch import _fast
+
+    if _fast.available():  # one loader per device, shared with the C kernels
+        with _lock:
+            opts = options
+            if opts is not None:
+                opts.device = dev
+            h = _loaders[dev] = _fast.loader(dev, opts)
+            return h
     with _lock:
         h = _loaders.get(dev)
         if h is not None:
@@ -143,9 +157,14 @@ def ptr(t: torch.Tensor | None) -> int | None:
 
 def close_all() -> None:
     """Closes every loader (tests; at exit the process just ends)."""
+    from kiln.torch import _fast
+
     with _lock:
-        for h in _loaders.values():
-            lib.kiln_loader_close(h)
+        if _fast.available():
+            _fast.close_loaders()
+        else:
+            for h in _loaders.values():
+                lib.kiln_loader_close(h)
         _loaders.clear()
         _resolved.clear()
 

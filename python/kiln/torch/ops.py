@@ -26,6 +26,7 @@ from torch import Tensor
 from kiln._lib import KILN_OPS_SYNC_CHECK, int_arg, lib
 from kiln.api import check
 from kiln.errors import KilnInvalidArgument, KilnUnsupported
+from kiln.torch import _fast
 from kiln.torch import _runtime as rt
 
 _I64_MAX = 2**63 - 1
@@ -34,15 +35,27 @@ _ALIGN = 256  # workspaces: what cuMemAlloc returns
 
 
 _LIB = torch.library.Library("kiln", "DEF")
+_OPS: list[_Op] = []
+# What _register() made: the Python impls' and autograd formulas' library,
+# and the C kernels' registrations (libkiln_torch), removed and made again
+# whenever the path or the CPU-tensor test mode changes.
+_impls: dict[str, object] = {}
+_grad_enabled = torch.is_grad_enabled
 
 
 class _Op:
     """One kiln:: op: defined with the schema torch infers from fn's type
-    hints, fn registered as its CUDA kernel (and CPU, which only the fake
-    driver's test mode gets past), callable as the op. The same contract as
-    torch.library.custom_op (register_fake, register_autograd), registered
-    through torch.library.Library: its Python impl runs without custom_op's
-    per-call wrappers (bench/torch_overhead.py measures the difference)."""
+    hints, with a fake impl and an autograd formula, callable as the op.
+
+    Its kernel for CUDA (and CPU, which only the fake driver's test mode gets
+    past) is fn, the Python impl, with the formula registered as its autograd
+    kernel (torch.library.register_autograd): today's path, and the fallback.
+    On the fast path (kiln.torch._fast) an op with a C kernel in
+    libkiln_torch has that kernel instead, no autograd kernel in the
+    dispatcher, and the formula in a torch.autograd.Function that calling
+    the op uses only when an input requires grad: a call without grad
+    reaches the C kernel with no Python in between (bench/torch_overhead.py
+    measures both)."""
 
     def __init__(self, fn):  # type: ignore[no-untyped-def]
         name = fn.__name__.lstrip("_")
@@ -53,21 +66,89 @@ class _Op:
 
             schema = infer_schema(fn, mutates_args=())
         _LIB.define(name + schema)
-        _LIB.impl(name, fn, "CUDA")
-        _LIB.impl(name, fn, "CPU")
+        self.name = name
         self.qualname = f"kiln::{name}"
         self._init_fn = fn
         self._op = getattr(getattr(torch.ops.kiln, name), "default")
+        self._autograd = None  # (backward, setup_context)
+        self._function = None  # the autograd.Function of the fast path
+        self._fn = None  # _function while this op is on the fast path
+        self._tensors = tuple(
+            i for i, a in enumerate(self._op._schema.arguments) if a.type.isSubtypeOf(torch._C.OptionalType.ofTensor())
+        )
+        _OPS.append(self)
 
     def __call__(self, *args):  # type: ignore[no-untyped-def]
-        return self._op(*args)
+        fn = self._fn
+        if fn is None:
+            return self._op(*args)
+        if _grad_enabled():
+            for i in self._tensors:
+                a = args[i]
+                if a is not None and a.requires_grad:
+                    try:
+                        return fn.apply(*args)
+                    except RuntimeError as e:
+                        raise _fast.kiln_error(e) from None
+        try:
+            return self._op(*args)
+        except RuntimeError as e:
+            raise _fast.kiln_error(e) from None
 
     def register_fake(self, fn):  # type: ignore[no-untyped-def]
         torch.library.register_fake(self.qualname, fn, lib=_LIB)
         return fn
 
     def register_autograd(self, backward, setup_context):  # type: ignore[no-untyped-def]
-        torch.library.register_autograd(self.qualname, backward, setup_context=setup_context, lib=_LIB)
+        self._autograd = (backward, setup_context)
+
+    def function(self):  # type: ignore[no-untyped-def]
+        """The op with its autograd formula as a torch.autograd.Function (the
+        same forward / setup_context / backward that register_autograd makes
+        a kernel of)."""
+        if self._function is None and self._autograd is not None:
+            backward, setup = self._autograd
+            op = self._op
+
+            def forward(*args):  # type: ignore[no-untyped-def]
+                return op(*args)
+
+            self._function = type(
+                "kiln_" + self.name,
+                (torch.autograd.Function,),
+                {
+                    "forward": staticmethod(forward),
+                    "setup_context": staticmethod(setup),
+                    "backward": staticmethod(backward),
+                },
+            )
+        return self._function
+
+
+def _register() -> None:
+    """(Re)registers every op's kernels for the path in use: C kernels for the
+    ops libkiln_torch has (CUDA always, CPU only in the CPU-tensor test mode),
+    the Python impl and its autograd formula for the rest."""
+    old = _impls.pop("py", None)
+    if old is not None:
+        old._destroy()  # type: ignore[attr-defined]
+    for key in ("c_cuda", "c_cpu"):
+        _fast.unregister(_impls.pop(key, None))  # type: ignore[arg-type]
+    fast = _fast.ops()
+    cpu_c = rt.cpu_tensors_enabled()
+    py = torch.library.Library("kiln", "IMPL")
+    c_cuda: list[str] = []
+    c_cpu: list[str] = []
+    for op in _OPS:
+        c = op.name in fast
+        (c_cuda.append(op.name) if c else py.impl(op.name, op._init_fn, "CUDA"))
+        (c_cpu.append(op.name) if c and cpu_c else py.impl(op.name, op._init_fn, "CPU"))
+        if op._autograd is not None and not c:
+            torch.library.register_autograd(op.qualname, op._autograd[0], setup_context=op._autograd[1], lib=py)
+        op._fn = op.function() if c else None
+    _impls["py"] = py
+    _impls["c_cuda"] = _fast.register("CUDA", c_cuda)
+    _impls["c_cpu"] = _fast.register("CPU", c_cpu)
 
 
 def _bad(msg: str) -> KilnInvalidArgument:
@@ -1072,6 +1153,9 @@ class _CrossEntropyTP(torch.autograd.Function):
         logits, target, lse = ctx.saved_tensors
         g = _cross_entropy_backward(logits, lse, dloss.to(torch.float32).contiguous(), target, ctx.start, ctx.ignore_index)
         return g, None, None, None, None, None
+
+
+_register()
 
 
 # ---- the functional API ---------------------------------------------------------------------------
