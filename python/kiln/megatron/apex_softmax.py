@@ -82,13 +82,21 @@ def get_batch_per_block(query_seq_len: int, key_seq_len: int, batches: int, attn
     return (_THREADS_PER_BLOCK // warp_size) * batches_per_warp
 
 
+def _kops():  # type: ignore[no-untyped-def]
+    """kiln.torch.ops: its op callables raise the KilnError subclass on the
+    fast path too (a raw torch.ops.kiln call raises torch's RuntimeError)."""
+    import kiln.torch.ops as kops
+
+    return kops
+
+
 def _masked_forward(name: str):  # type: ignore[no-untyped-def]
     def forward(input: Tensor, mask: Tensor, scale: float | Tensor) -> Tensor:
         """softmax(scale * input) with mask != 0 excluded: input [b, np, sq, sk]
         fp16/bf16, mask uint8/bool [b or 1, 1, sq, sk]; a fully masked row is zeros."""
         _dims(name + ".forward", 4, input, mask)
         _half(name + ".forward", input)
-        return torch.ops.kiln.scaled_masked_softmax(input, mask, _scale(scale))
+        return _kops()._scaled_masked_softmax(input, mask, _scale(scale))
 
     return forward
 
@@ -100,7 +108,7 @@ def _forward(name: str, n: int, op: str):  # type: ignore[no-untyped-def]
         [attn_batches, sq, sk] for the causal kernel, [b, np, sq, sk] else."""
         _dims(name + ".forward", n, input)
         _half(name + ".forward", input)
-        return getattr(torch.ops.kiln, op)(input, _scale(scale))
+        return getattr(_kops(), "_" + op)(input, _scale(scale))
 
     return forward
 
@@ -111,7 +119,7 @@ def _backward(name: str, n: int, op: str):  # type: ignore[no-untyped-def]
         (fp16/bf16, each of the forward input's shape)."""
         _dims(name + ".backward", n, output_grads, softmax_results)
         _half(name + ".backward", output_grads, softmax_results)
-        return getattr(torch.ops.kiln, op)(output_grads, softmax_results, _scale(scale))
+        return getattr(_kops(), "_" + op)(output_grads, softmax_results, _scale(scale))
 
     return backward
 

@@ -425,19 +425,29 @@ def _softmax_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
     ctx.scale = inputs[-1]
 
 
-def _grads_for(bwd, n_inputs: int):  # type: ignore[no-untyped-def]
-    def backward(ctx, dy):  # type: ignore[no-untyped-def]
-        (y,) = ctx.saved_tensors
-        return (bwd(dy, y, ctx.scale),) + (None,) * (n_inputs - 1)
+# One formula per op, each naming its backward op as a global: torch.compile
+# traces the fast path's autograd.Function through them, and an op object
+# captured in a closure is one it cannot wrap.
+def _scaled_softmax_grad(ctx, dy):  # type: ignore[no-untyped-def]
+    (y,) = ctx.saved_tensors
+    return _scaled_softmax_backward(dy, y, ctx.scale), None
 
-    return backward
+
+def _scaled_masked_softmax_grad(ctx, dy):  # type: ignore[no-untyped-def]
+    (y,) = ctx.saved_tensors
+    return _scaled_masked_softmax_backward(dy, y, ctx.scale), None, None
 
 
-_scaled_softmax.register_autograd(_grads_for(_scaled_softmax_backward, 2), setup_context=_softmax_setup)
-_scaled_masked_softmax.register_autograd(
-    _grads_for(_scaled_masked_softmax_backward, 3), setup_context=_softmax_setup
+def _scaled_upper_triang_masked_softmax_grad(ctx, dy):  # type: ignore[no-untyped-def]
+    (y,) = ctx.saved_tensors
+    return _scaled_upper_triang_masked_softmax_backward(dy, y, ctx.scale), None
+
+
+_scaled_softmax.register_autograd(_scaled_softmax_grad, setup_context=_softmax_setup)
+_scaled_masked_softmax.register_autograd(_scaled_masked_softmax_grad, setup_context=_softmax_setup)
+_scaled_upper_triang_masked_softmax.register_autograd(
+    _scaled_upper_triang_masked_softmax_grad, setup_context=_softmax_setup
 )
-_scaled_upper_triang_masked_softmax.register_autograd(_grads_for(_scaled_upper_triang_masked_softmax_backward, 2), setup_context=_softmax_setup)
 
 
 # ---- layer norm and RMSNorm ---------------------------------------------------------------
@@ -769,20 +779,26 @@ def _bias_act_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def
     ctx.save_for_backward(x, bias)
 
 
-def _bias_act_grad(bwd):  # type: ignore[no-untyped-def]
-    def backward(ctx, dy):  # type: ignore[no-untyped-def]
-        x, bias = ctx.saved_tensors
-        dx = bwd(dy, x, bias)
-        dbias = None
-        if bias is not None and ctx.needs_input_grad[1]:
-            dbias = dx.reshape(-1, dx.shape[-1]).sum(0, dtype=torch.float32).to(bias.dtype)
-        return dx, dbias
-
-    return backward
+def _bias_grad(ctx, dx, bias):  # type: ignore[no-untyped-def]
+    if bias is not None and ctx.needs_input_grad[1]:
+        return dx.reshape(-1, dx.shape[-1]).sum(0, dtype=torch.float32).to(bias.dtype)
+    return None
 
 
-_bias_gelu.register_autograd(_bias_act_grad(_bias_gelu_backward), setup_context=_bias_act_setup)
-_bias_swiglu.register_autograd(_bias_act_grad(_bias_swiglu_backward), setup_context=_bias_act_setup)
+def _bias_gelu_grad(ctx, dy):  # type: ignore[no-untyped-def]
+    x, bias = ctx.saved_tensors
+    dx = _bias_gelu_backward(dy, x, bias)
+    return dx, _bias_grad(ctx, dx, bias)
+
+
+def _bias_swiglu_grad(ctx, dy):  # type: ignore[no-untyped-def]
+    x, bias = ctx.saved_tensors
+    dx = _bias_swiglu_backward(dy, x, bias)
+    return dx, _bias_grad(ctx, dx, bias)
+
+
+_bias_gelu.register_autograd(_bias_gelu_grad, setup_context=_bias_act_setup)
+_bias_swiglu.register_autograd(_bias_swiglu_grad, setup_context=_bias_act_setup)
 _bias_gelu_backward.register_autograd(_no_double_backward("bias_gelu"), setup_context=_no_setup)
 _bias_swiglu_backward.register_autograd(_no_double_backward("bias_swiglu"), setup_context=_no_setup)
 
