@@ -89,6 +89,17 @@ def check(device: torch.device | str | int | None = None) -> None:
     check_data(device)
 
 
+def info() -> dict[str, object]:
+    """Which path the ops take: {"fast": True when the C kernels of
+    libkiln_torch are registered (torch's stable C shim found, KILN_TORCH_FAST
+    not 0), "reason": why (or why not), "torch": its version, "c_ops": the
+    kiln:: ops with a C kernel, "python_ops": those on their Python impl}
+    (docs/python.md, "The fast path")."""
+    from kiln.torch import _fast
+
+    return _fast.info()
+
+
 def warmup(*args: object, **kwargs: object) -> object:
     """The coordinated one-rank build over torch.distributed: every rank calls
     it; returns a kiln.torch.dist.WarmupReport (kiln.torch.dist.warmup has the
@@ -101,6 +112,7 @@ def warmup(*args: object, **kwargs: object) -> object:
 __all__ = [
     "init",
     "check",
+    "info",
     "warmup",
     "bias_dropout_add",
     "bias_gelu",

@@ -1,0 +1,327 @@
+"""kiln.torch's fast path (issue 29): the ops with a C kernel in
+libkiln_torch, registered through torch's stable C shim, against the Python
+impls they replace (the fallback). One process switches between the two
+(kiln.torch._fast.set_enabled), so each comparison is on the same inputs:
+outputs and gradients bit-identical, the same KilnError subclass and message
+for bad input, the Python impl never entered on the fast path. Fake driver,
+CPU tensors, the smallest shapes that reach every branch of the C kernels."""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import pytest
+import torch
+
+import kiln
+import kiln.torch as kt
+from kiln.torch import _fast, _runtime
+from kiln.torch import ops as kops
+
+pytestmark = pytest.mark.skipif(not _fast.available(), reason=f"no fast path here: {_fast.info()['reason']}")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def cpu_tensors():
+    _runtime.enable_cpu_tensors(True)
+    yield
+    _fast.set_enabled(True)
+    _runtime.enable_cpu_tensors(False)
+
+
+def _g(*shape, dtype=torch.float32, grad=True):
+    t = torch.randn(*shape).to(dtype)
+    return t.requires_grad_(grad)
+
+
+def _cases():
+    """(name, fn): fn() builds its inputs from the seeded generator, calls
+    kiln.torch and returns every output and every input gradient."""
+    f16, bf16 = torch.float16, torch.bfloat16
+
+    def grads(out, *inputs):
+        outs = out if isinstance(out, tuple) else (out,)
+        need = [t for t in inputs if t is not None and t.requires_grad]
+        if not need:
+            return list(outs)
+        gs = torch.autograd.grad(outs, need, [torch.randn_like(o) for o in outs])
+        return list(outs) + list(gs)
+
+    def softmax(dtype, t):
+        x = _g(3, 5, dtype=dtype)
+        x = x.t() if t else x  # non-contiguous: the C kernel's copy
+        return grads(kt.scaled_softmax(x, 0.7), x)
+
+    def masked(mask_b, dtype):
+        x = _g(2, 2, 3, 5)
+        mask = torch.rand(mask_b, 1, 3, 5) < 0.3
+        return grads(kt.scaled_masked_softmax(x, mask if dtype is None else mask.to(dtype), 0.5), x)
+
+    def causal():
+        x = _g(2, 4, 4, dtype=f16)
+        return grads(kt.scaled_upper_triang_masked_softmax(x, 0.9), x)
+
+    def layer_norm(dtype, wdtype):
+        x, w, b = _g(3, 6, dtype=dtype), _g(6, dtype=wdtype), _g(6, dtype=wdtype)
+        return grads(kt.layer_norm(x, w, b, 1e-5), x, w, b)
+
+    def rms_norm(dtype, wdtype, t):
+        x, w = (_g(6, 3, dtype=dtype).t() if t else _g(3, 6, dtype=dtype)), _g(6, dtype=wdtype)
+        return grads(kt.rms_norm(x, w, 1e-6), x, w)
+
+    def gelu(bias):
+        x = _g(3, 4, dtype=bf16)
+        b = _g(4, dtype=bf16) if bias else None
+        return grads(kt.bias_gelu(x, b), x, b)
+
+    def swiglu(bias):
+        x = _g(2, 3, 8)
+        b = _g(8) if bias else None
+        return grads(kt.bias_swiglu(x, b), x, b)
+
+    def empty():
+        x, w, b = _g(0, 6), _g(6), _g(6)
+        out = [kt.scaled_softmax(_g(0, 5), 1.0), kt.scaled_masked_softmax(_g(0, 2, 3, 5), torch.zeros(1, 1, 3, 5, dtype=torch.bool))]
+        return out + grads(kt.layer_norm(x, w, b), x, w, b) + grads(kt.rms_norm(x, w), x, w)
+
+    def no_grad():
+        with torch.no_grad():
+            return [kt.scaled_softmax(_g(2, 5), 2.0), kt.layer_norm(_g(2, 6), _g(6), _g(6))]
+
+    return [
+        ("softmax_f32", lambda: softmax(torch.float32, False)),
+        ("softmax_f16_transposed", lambda: softmax(f16, True)),
+        ("masked_bool_b1", lambda: masked(1, None)),
+        ("masked_uint8_b", lambda: masked(2, torch.uint8)),
+        ("causal_f16", causal),
+        ("layer_norm_f32", lambda: layer_norm(torch.float32, torch.float32)),
+        ("layer_norm_bf16_f32w", lambda: layer_norm(bf16, torch.float32)),
+        ("rms_norm_f16_transposed", lambda: rms_norm(f16, f16, True)),
+        ("rms_norm_f32", lambda: rms_norm(torch.float32, torch.float32, False)),
+        ("gelu_bias", lambda: gelu(True)),
+        ("gelu_no_bias", lambda: gelu(False)),
+        ("swiglu_bias", lambda: swiglu(True)),
+        ("swiglu_no_bias", lambda: swiglu(False)),
+        ("empty_batches", empty),
+        ("no_grad", no_grad),
+    ]
+
+
+def _on(fast: bool, fn):  # type: ignore[no-untyped-def]
+    _fast.set_enabled(fast)
+    torch.manual_seed(5)
+    try:
+        return fn()
+    finally:
+        _fast.set_enabled(True)
+
+
+def test_fast_and_fallback_outputs_and_gradients_are_bit_identical():
+    assert _fast.info()["fast"], _fast.info()
+    for name, fn in _cases():
+        fast, slow = _on(True, fn), _on(False, fn)
+        assert len(fast) == len(slow), name
+        for a, b in zip(fast, slow):
+            assert a.dtype == b.dtype and a.shape == b.shape, name
+            assert a.is_contiguous(), name
+            assert torch.equal(a, b), f"{name}: the paths differ"
+
+
+def test_fast_path_never_enters_the_python_impl():
+    """The fast path is the one in use: no op with a C kernel runs its Python
+    impl (counted through sys.setprofile); the same calls on the fallback do."""
+    impls = {op._init_fn.__code__: op.name for op in kops._OPS if op.name in _fast.ops()}
+    assert len(impls) >= 14, sorted(_fast.ops())
+
+    def entered(fast: bool) -> set[str]:
+        seen: set[str] = set()
+
+        def prof(frame, event, arg):  # type: ignore[no-untyped-def]
+            if event == "call" and frame.f_code in impls:
+                seen.add(impls[frame.f_code])
+
+        def calls():  # type: ignore[no-untyped-def]
+            for _, fn in _cases():
+                fn()
+
+        sys.setprofile(prof)
+        try:
+            _on(fast, calls)
+        finally:
+            sys.setprofile(None)
+        return seen
+
+    assert entered(True) == set()
+    assert entered(False) == set(impls.values())
+
+
+def _bad_calls():
+    x, w = torch.randn(4, 16), torch.ones(16)
+    mean, rstd = torch.zeros(4), torch.ones(4)
+    y = torch.softmax(torch.randn(8, 40), -1).half()
+    return [
+        lambda: kt.scaled_softmax(torch.randn(2, 3, dtype=torch.float64)),
+        lambda: kt.scaled_softmax(torch.randn(2, 0)),
+        lambda: kt.scaled_softmax(torch.tensor(1.0)),
+        lambda: kt.scaled_masked_softmax(torch.randn(2, 2, 3, 5), torch.zeros(2, 1, 3, 4, dtype=torch.bool)),
+        lambda: kt.scaled_masked_softmax(torch.randn(2, 2, 3, 5), torch.zeros(3, 1, 3, 5, dtype=torch.bool)),
+        lambda: kt.scaled_masked_softmax(torch.randn(2, 2, 3, 5), torch.zeros(2, 1, 3, 5)),
+        lambda: kt.scaled_masked_softmax(torch.randn(2, 3, 5), torch.zeros(2, 3, 5, dtype=torch.bool)),
+        lambda: kt.scaled_masked_softmax(torch.randn(2, 2, 3, 0), torch.zeros(2, 1, 3, 0, dtype=torch.bool)),
+        lambda: kt.scaled_upper_triang_masked_softmax(torch.randn(2, 4)),
+        lambda: kt.scaled_upper_triang_masked_softmax(torch.randn(2, 4, 0)),
+        lambda: kt.scaled_upper_triang_masked_softmax(torch.randn(2, 4, 4).to(torch.int32)),
+        lambda: kt.layer_norm(x, torch.ones(8), torch.zeros(8)),
+        lambda: kt.layer_norm(x, w, torch.zeros(16).half()),
+        lambda: kt.layer_norm(x.half(), w.bfloat16(), w.bfloat16()),
+        lambda: kt.layer_norm(x, w, torch.zeros(16), eps=-1.0),  # the launcher's own check
+        lambda: kt.rms_norm(x, torch.ones(3, 16)),
+        lambda: kt.rms_norm(x.to(torch.int64), w),
+        lambda: kt.bias_gelu(x, torch.ones(8)),
+        lambda: kt.bias_gelu(x, torch.ones(16).half()),
+        lambda: kt.bias_swiglu(torch.randn(4, 15)),
+        lambda: kt.bias_swiglu(x, torch.ones(8)),
+        lambda: kops._scaled_softmax_backward(torch.randn(8, 40), y, 1.0),
+        lambda: kops._scaled_softmax_backward(torch.randn(2, 40).half(), y, 1.0),
+        lambda: kops._scaled_masked_softmax_backward(torch.randn(1, 2, 3, 8), torch.rand(2, 2, 3, 8), 1.0),
+        lambda: kops._scaled_upper_triang_masked_softmax_backward(torch.randn(2, 4, 4), torch.rand(2, 4), 1.0),
+        lambda: kops._layer_norm_backward(torch.randn(3, 16), x, mean, rstd, w),
+        lambda: kops._layer_norm_backward(torch.randn(4, 16), x, mean[:2], rstd, w),
+        lambda: kops._layer_norm_backward(torch.randn(4, 16), x, mean, rstd.half(), w),
+        lambda: kops._rms_norm_backward(torch.randn(4, 16).bfloat16(), x, rstd, w),
+        lambda: kops._bias_gelu_backward(torch.randn(3, 16), x, None),
+        lambda: kops._bias_swiglu_backward(torch.randn(4, 16), x, None),
+        lambda: kops._bias_swiglu_backward(torch.randn(4, 8).half(), x, None),
+    ]
+
+
+def _error(fast: bool, call):  # type: ignore[no-untyped-def]
+    def run():  # type: ignore[no-untyped-def]
+        with pytest.raises(kiln.KilnError) as e:
+            call()
+        return type(e.value), e.value.status, str(e.value)
+
+    return _on(fast, run)
+
+
+def test_bad_input_gives_the_same_kiln_error_on_both_paths_and_the_process_goes_on():
+    for i, call in enumerate(_bad_calls()):
+        fast, slow = _error(True, call), _error(False, call)
+        assert fast == slow, f"bad call {i}"
+        assert fast[0] is kiln.KilnInvalidArgument, f"bad call {i}: {fast}"
+    torch.testing.assert_close(kt.scaled_softmax(torch.zeros(2, 4)), torch.full((2, 4), 0.25))
+
+
+def test_raw_op_on_the_fast_path_raises_runtime_error_with_kilns_message():
+    with pytest.raises(RuntimeError, match=r"kiln.torch: x is torch.float64; kiln ops take"):
+        torch.ops.kiln.scaled_softmax(torch.randn(2, 3, dtype=torch.float64), 1.0)
+    # the record that error left is not taken for a later, unrelated one
+    with pytest.raises(kiln.KilnInvalidArgument, match="has no last dimension"):
+        kt.scaled_softmax(torch.randn(2, 0))
+
+
+def _vm_kib() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmSize")
+
+
+def test_kernel_errors_free_every_tensor_and_leave_nothing_locked():
+    """An error raised after the outputs were allocated (the launcher's eps
+    check) frees them and the inputs: the inputs' storages are back to one
+    user, 300 failed calls with 4 MiB outputs leave the address space as it
+    was (a leak would add 1.2 GiB), and another thread's call then completes."""
+    x, w, b = torch.randn(1024, 1024), torch.ones(1024), torch.zeros(1024)
+    kt.layer_norm(x, w, b)  # warm: unit resolved, allocator primed
+    use = torch._C._storage_Use_Count
+    before = [use(t.untyped_storage()._cdata) for t in (x, w, b)]
+    vm = _vm_kib()
+    for _ in range(300):
+        with pytest.raises(kiln.KilnInvalidArgument, match="eps -1 is negative"):
+            kt.layer_norm(x, w, b, eps=-1.0)
+    assert [use(t.untyped_storage()._cdata) for t in (x, w, b)] == before
+    assert _vm_kib() - vm < 256 * 1024
+    out: list[torch.Tensor] = []
+    th = threading.Thread(target=lambda: out.append(kt.layer_norm(x[:2], w, b)))
+    th.start()
+    th.join(timeout=60)
+    assert not th.is_alive() and len(out) == 1
+
+
+_OPCHECK = ("test_schema", "test_faketensor", "test_aot_dispatch_dynamic")
+
+
+def _opcheck_cases():
+    m = torch.rand(1, 1, 3, 5) < 0.3
+    x, w, b = torch.randn(3, 6), torch.ones(6), torch.zeros(6)
+    mean, rstd = torch.zeros(3), torch.ones(3)
+    y = torch.softmax(torch.randn(3, 5), -1)
+    return [
+        (torch.ops.kiln.scaled_softmax.default, (torch.randn(3, 5), 0.5)),
+        (torch.ops.kiln.scaled_softmax_backward.default, (torch.randn(3, 5), y, 0.5)),
+        (torch.ops.kiln.scaled_masked_softmax.default, (torch.randn(2, 1, 3, 5), m, 0.5)),
+        (torch.ops.kiln.scaled_masked_softmax_backward.default, (torch.randn(1, 1, 3, 5), y[None, None], 0.5)),
+        (torch.ops.kiln.scaled_upper_triang_masked_softmax.default, (torch.randn(2, 4, 4), 0.5)),
+        (torch.ops.kiln.scaled_upper_triang_masked_softmax_backward.default, (torch.randn(1, 3, 5), y[None], 0.5)),
+        (torch.ops.kiln.layer_norm.default, (x, w, b, 1e-5)),
+        (torch.ops.kiln.layer_norm_backward.default, (torch.randn(3, 6), x, mean, rstd, w)),
+        (torch.ops.kiln.rms_norm.default, (x, w, 1e-5)),
+        (torch.ops.kiln.rms_norm_backward.default, (torch.randn(3, 6), x, rstd, w)),
+        (torch.ops.kiln.bias_gelu.default, (x, b)),
+        (torch.ops.kiln.bias_gelu_backward.default, (torch.randn(3, 6), x, None)),
+        (torch.ops.kiln.bias_swiglu.default, (x, None)),
+        (torch.ops.kiln.bias_swiglu_backward.default, (torch.randn(3, 3), x, b)),
+    ]
+
+
+def test_opcheck_through_the_fast_path():
+    cases = _opcheck_cases()
+    assert {op._schema.name.split("::")[1] for op, _ in cases} == set(_fast.ops())
+    for op, args in cases:
+        torch.library.opcheck(op, args, test_utils=_OPCHECK)
+
+
+def test_gradcheck_every_differentiable_fast_op_fp32():
+    torch.manual_seed(3)
+    m = torch.rand(1, 1, 2, 3) < 0.3
+    w, b = _g(4, grad=True), _g(4, grad=True)
+    checks = [
+        (lambda x: kt.scaled_softmax(x, 0.7), (_g(2, 3),)),
+        (lambda x: kt.scaled_masked_softmax(x, m, 0.7), (_g(1, 1, 2, 3),)),
+        (lambda x: kt.scaled_upper_triang_masked_softmax(x, 0.7), (_g(1, 3, 3),)),
+        (lambda x, w, b: kt.layer_norm(x, w, b), (_g(2, 4), w, b)),
+        (lambda x, w: kt.rms_norm(x, w), (_g(2, 4), w)),
+        (lambda x, b: kt.bias_gelu(x, b), (_g(2, 4), b)),
+        (lambda x, b: kt.bias_swiglu(x, b), (_g(2, 4), _g(4))),
+    ]
+    for fn, inputs in checks:
+        assert torch.autograd.gradcheck(fn, inputs, eps=1e-2, atol=2e-2, rtol=2e-2, fast_mode=True)
+
+
+def test_info_says_which_path_and_why():
+    info = kt.info()
+    assert info["fast"] and "ops have C kernels" in info["reason"]
+    assert "scaled_softmax" in info["c_ops"] and "embedding" in info["python_ops"]
+    _fast.set_enabled(False)
+    try:
+        info = kt.info()
+        assert not info["fast"] and info["c_ops"] == [] and "switched off" in info["reason"]
+    finally:
+        _fast.set_enabled(True)
+
+
+def test_kiln_torch_fast_0_keeps_the_python_path(monkeypatch):
+    """KILN_TORCH_FAST=0 at import: libkiln_torch is never loaded, no op has a
+    C kernel, info() says why (a second copy of the module, loaded as import
+    would; the ops' registration for that state is set_enabled(False)'s)."""
+    import importlib.util
+
+    monkeypatch.setenv("KILN_TORCH_FAST", "0")
+    spec = importlib.util.spec_from_file_location("kiln_fast_copy", _fast.__file__)
+    copy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(copy)
+    assert not copy.available() and copy.ops() == frozenset()
+    assert copy._reason == "KILN_TORCH_FAST=0"
