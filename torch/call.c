@@ -44,15 +44,13 @@ void kt_begin(kt_call *c, const char *op, kt_ivalue *stack, unsigned tensors, un
       }
     }
     c->arg[i].h = h;
-    if (h)
-      kt_read(&c->arg[i]);
+    if (h) kt_read(&c->arg[i]);
   }
 }
 
 static void kt_free(kt_call *c, int outputs_too) {
   for (int i = 0; i < KT_MAX_ARGS; i++) {
-    if (c->arg[i].h)
-      kt_torch.delete_tensor_object(c->arg[i].h);
+    if (c->arg[i].h) kt_torch.delete_tensor_object(c->arg[i].h);
     c->arg[i].h = NULL;
   }
   for (int i = 0; i < c->n_temp; i++)
@@ -82,8 +80,7 @@ void kt_end(kt_call *c) {
 }
 
 int kiln_torch_take_error(int *status, char *msg, size_t n) {
-  if (!kt_err.pending)
-    return 0;
+  if (!kt_err.pending) return 0;
   kt_err.pending = 0;
   *status = kt_err.st;
   snprintf(msg, n, "%s", kt_err.msg);
@@ -109,8 +106,7 @@ int kt_bool_arg(const kt_call *c, int slot) {
 }
 
 int kt_fail(kt_call *c, const char *fmt, ...) {
-  if (c->st != KILN_OK)
-    return -1;
+  if (c->st != KILN_OK) return -1;
   c->st = KILN_EINVAL;
   va_list ap;
   va_start(ap, fmt);
@@ -120,8 +116,7 @@ int kt_fail(kt_call *c, const char *fmt, ...) {
 }
 
 int kt_status(kt_call *c, kiln_status st) {
-  if (st == KILN_OK)
-    return 0;
+  if (st == KILN_OK) return 0;
   if (c->st == KILN_OK) {
     c->st = st;
     snprintf(c->msg, sizeof c->msg, "%s", kiln_last_error());
@@ -137,8 +132,7 @@ const char *kt_shape(char *buf, size_t n, int64_t dim, const int64_t *sizes) {
     w = snprintf(buf + at, n - at, "%s%lld", i ? ", " : "", (long long)sizes[i]);
     at += w > 0 ? (size_t)w : 0;
   }
-  if (at < n)
-    snprintf(buf + at, n - at, dim == 1 ? ",)" : ")");
+  if (at < n) snprintf(buf + at, n - at, dim == 1 ? ",)" : ")");
   return buf;
 }
 
@@ -199,21 +193,17 @@ static int kt_new(kt_call *c, kt_tensor_handle *slot, int64_t dim, const int64_t
 
 int kt_out(kt_call *c, int64_t dim, const int64_t *sizes, int32_t dtype, const kt_arg *like,
            void **out_data) {
-  if (c->n_out >= KT_MAX_OUT)
-    return -1;
+  if (c->n_out >= KT_MAX_OUT) return -1;
   int rc = kt_new(c, &c->out[c->n_out], dim, sizes, dtype, like, out_data);
-  if (c->out[c->n_out])
-    c->n_out++;
+  if (c->out[c->n_out]) c->n_out++;
   return rc;
 }
 
 int kt_tmp(kt_call *c, int64_t dim, const int64_t *sizes, int32_t dtype, const kt_arg *like,
            void **out_data) {
-  if (c->n_temp >= KT_MAX_TEMP)
-    return -1;
+  if (c->n_temp >= KT_MAX_TEMP) return -1;
   int rc = kt_new(c, &c->temp[c->n_temp], dim, sizes, dtype, like, out_data);
-  if (c->temp[c->n_temp])
-    c->n_temp++;
+  if (c->temp[c->n_temp]) c->n_temp++;
   return rc;
 }
 
@@ -223,11 +213,9 @@ int kt_zero_out(kt_call *c, int i) {
 
 int kt_contig(kt_call *c, kt_arg *a) {
   bool contig = true;
-  if (!a->h || (kt_torch.is_contiguous(a->h, &contig) == 0 && contig))
-    return 0;
+  if (!a->h || (kt_torch.is_contiguous(a->h, &contig) == 0 && contig)) return 0;
   void *data = NULL;
-  if (kt_tmp(c, a->dim, a->sizes, a->dtype, a, &data) != 0)
-    return -1;
+  if (kt_tmp(c, a->dim, a->sizes, a->dtype, a, &data) != 0) return -1;
   kt_tensor_handle copy = c->temp[c->n_temp - 1];
   if (kt_torch.copy_(copy, a->h, 0) != 0)
     return kt_fail(c, "kiln.torch.%s: copy to a contiguous tensor failed", c->op);
@@ -276,12 +264,10 @@ int kt_match(kt_call *c, const char *ref_name, const kt_arg *ref, const char *na
   int same = t->dtype == ref->dtype && t->dim == ref->dim && kt_same_device(t, ref);
   for (int64_t i = 0; same && i < t->dim; i++)
     same = t->sizes[i] == ref->sizes[i];
-  if (same)
-    return 0;
+  if (same) return 0;
   char td[48], rd[48], ts[256], rs[256], tv[48], rv[48];
   return kt_fail(c, "kiln.torch.%s: %s is %s %s on %s, %s %s %s on %s; they must match", c->op,
                  name, kt_dtype(td, sizeof td, t), SHAPE(ts, t), kt_device(tv, sizeof tv, t),
                  ref_name, kt_dtype(rd, sizeof rd, ref), SHAPE(rs, ref),
                  kt_device(rv, sizeof rv, ref));
 }
-

@@ -33,8 +33,7 @@ KILN_API void kiln_torch_unregister(void *lib);
  * use with opts (NULL: the defaults, KILN_LOADER_OPTIONS_INIT), the device set
  * to dev; one per device for the process, shared with kiln.torch's Python
  * path. kiln_torch_close_loaders closes every one (tests). */
-KILN_API kiln_status kiln_torch_loader(kiln_loader **out, int dev,
-                                       const kiln_loader_options *opts);
+KILN_API kiln_status kiln_torch_loader(kiln_loader **out, int dev, const kiln_loader_options *opts);
 KILN_API void kiln_torch_close_loaders(void);
 
 /* The status and message of the last error a kernel raised on this thread

@@ -13,8 +13,7 @@
 /* ops.py _bias_check */
 static int bias_check(kt_call *c, const kt_arg *x, const kt_arg *bias, int cols) {
   char d1[48], d2[48], s[256];
-  if (!bias->h)
-    return 0;
+  if (!bias->h) return 0;
   if (bias->dtype != x->dtype)
     return kt_fail(c, "kiln.torch.%s: bias is %s, x is %s; they must match", c->op,
                    kt_dtype(d1, sizeof d1, bias), kt_dtype(d2, sizeof d2, x));
@@ -63,16 +62,15 @@ static void bias_gelu_backward(kt_ivalue *stack, uint64_t nargs, uint64_t nout) 
       kt_contig(&c, x) || kt_out(&c, x->dim, x->sizes, x->dtype, x, &dx) || rows == 0 ||
       kt_contig(&c, b) || kt_target(&c, x, &l, &s))
     goto out;
-  kt_status(&c, kiln_bias_gelu_bwd(l, dt, dx, dy->data, x->data, b->h ? b->data : NULL, rows,
-                                   cols, s));
+  kt_status(&c,
+            kiln_bias_gelu_bwd(l, dt, dx, dy->data, x->data, b->h ? b->data : NULL, rows, cols, s));
 out:
   kt_end(&c);
 }
 
 /* x [..., 2c] -> [..., c]: the even check of both swiglu ops */
 static int swiglu_cols(kt_call *c, const kt_arg *x, long long *rows, int *cols2) {
-  if (kt_rows_cols(c, x, rows, cols2))
-    return -1;
+  if (kt_rows_cols(c, x, rows, cols2)) return -1;
   if (x->dim > 16)
     return kt_fail(c, "kiln.torch.%s: x has %lld dimensions; kiln takes at most 16", c->op,
                    (long long)x->dim);
@@ -119,8 +117,7 @@ static void bias_swiglu_backward(kt_ivalue *stack, uint64_t nargs, uint64_t nout
   kiln_loader *l;
   struct CUstream_st *s;
   int64_t half[16];
-  if (swiglu_cols(&c, x, &rows, &cols2) || bias_check(&c, x, b, cols2))
-    goto out;
+  if (swiglu_cols(&c, x, &rows, &cols2) || bias_check(&c, x, b, cols2)) goto out;
   memcpy(half, x->sizes, sizeof(int64_t) * (size_t)(x->dim < 16 ? x->dim : 16));
   half[x->dim - 1] = cols2 / 2;
   int fits = dy->dim == x->dim && dy->dtype == x->dtype && kt_same_device(dy, x);

@@ -18,8 +18,7 @@ typedef struct norm_shape {
 static int norm_args(kt_call *c, const kt_arg *x, const kt_arg *w, const kt_arg *b,
                      norm_shape *ns) {
   char s1[256], s2[256], d1[48], d2[48];
-  if (kt_rows_cols(c, x, &ns->rows, &ns->cols))
-    return -1;
+  if (kt_rows_cols(c, x, &ns->rows, &ns->cols)) return -1;
   const kt_arg *wb[2] = {w, b};
   const char *names[2] = {"weight", "bias"};
   for (int i = 0; i < 2; i++) {
@@ -31,7 +30,8 @@ static int norm_args(kt_call *c, const kt_arg *x, const kt_arg *w, const kt_arg 
   int bad_b = b->h && (b->dim != 1 || b->sizes[0] != ns->cols);
   if (bad_w || bad_b) {
     if (b->h)
-      return kt_fail(c, "kiln.torch.%s: weight/bias must be [%d] (x's last dimension); got %s and %s",
+      return kt_fail(c,
+                     "kiln.torch.%s: weight/bias must be [%d] (x's last dimension); got %s and %s",
                      c->op, ns->cols, SHAPE(s1, w), SHAPE(s2, b));
     return kt_fail(c, "kiln.torch.%s: weight/bias must be [%d] (x's last dimension); got %s", c->op,
                    ns->cols, SHAPE(s1, w));
@@ -39,8 +39,7 @@ static int norm_args(kt_call *c, const kt_arg *x, const kt_arg *w, const kt_arg 
   if ((w->dtype != kt_f32 && w->dtype != x->dtype) || (b->h && b->dtype != w->dtype))
     return kt_fail(c, "kiln.torch.%s: weight and bias are float32 or x's dtype (%s), both the same",
                    c->op, kt_dtype(d1, sizeof d1, x));
-  if (kt_dtype_code(c, x, "x", &ns->dt) || kt_dtype_code(c, w, "weight", &ns->wdt))
-    return -1;
+  if (kt_dtype_code(c, x, "x", &ns->dt) || kt_dtype_code(c, w, "weight", &ns->wdt)) return -1;
   return 0;
 }
 
@@ -49,8 +48,7 @@ static int f32_stat(kt_call *c, const char *name, const kt_arg *t, const kt_arg 
   int ok = t->dtype == kt_f32 && t->dim == x->dim - 1 && kt_same_device(t, x);
   for (int64_t i = 0; ok && i < t->dim; i++)
     ok = t->sizes[i] == x->sizes[i];
-  if (ok)
-    return 0;
+  if (ok) return 0;
   char td[48], ts[256], tv[48], ws[256], xv[48];
   return kt_fail(c, "kiln.torch.%s: %s is %s %s on %s; want float32 %s on %s", c->op, name,
                  kt_dtype(td, sizeof td, t), SHAPE(ts, t), kt_device(tv, sizeof tv, t),
@@ -60,12 +58,10 @@ static int f32_stat(kt_call *c, const char *name, const kt_arg *t, const kt_arg 
 /* nbytes of scratch from torch's allocator, ALIGN-aligned (ops.py _workspace) */
 static int workspace(kt_call *c, size_t nbytes, const kt_arg *like, void **out) {
   *out = NULL;
-  if (nbytes == 0)
-    return 0;
+  if (nbytes == 0) return 0;
   int64_t n = (int64_t)(nbytes + ALIGN);
   void *p;
-  if (kt_tmp(c, 1, &n, kt_u8, like, &p))
-    return -1;
+  if (kt_tmp(c, 1, &n, kt_u8, like, &p)) return -1;
   uintptr_t a = (uintptr_t)p;
   *out = (void *)(a + (-a % ALIGN));
   return 0;
@@ -110,13 +106,11 @@ static void layer_norm_backward(kt_ivalue *stack, uint64_t nargs, uint64_t nout)
       kt_out(&c, w->dim, w->sizes, w->dtype, w, &db))
     goto out;
   if (ns.rows == 0) { /* the sum over no rows */
-    if (kt_zero_out(&c, 1) == 0)
-      kt_zero_out(&c, 2);
+    if (kt_zero_out(&c, 1) == 0) kt_zero_out(&c, 2);
     goto out;
   }
   size_t nbytes = kiln_layer_norm_bwd_workspace_size(ns.rows, ns.cols);
-  if (workspace(&c, nbytes, x, &ws) || kt_target(&c, x, &l, &s))
-    goto out;
+  if (workspace(&c, nbytes, x, &ws) || kt_target(&c, x, &l, &s)) goto out;
   kt_status(&c, kiln_layer_norm_bwd(l, ns.dt, ns.wdt, dx, dg, db, dy->data, x->data, mean->data,
                                     rstd->data, w->data, ns.rows, ns.cols, ws, nbytes, s));
 out:
@@ -164,10 +158,9 @@ static void rms_norm_backward(kt_ivalue *stack, uint64_t nargs, uint64_t nout) {
     goto out;
   }
   size_t nbytes = kiln_rms_norm_bwd_workspace_size(ns.rows, ns.cols);
-  if (workspace(&c, nbytes, x, &ws) || kt_target(&c, x, &l, &s))
-    goto out;
-  kt_status(&c, kiln_rms_norm_bwd(l, ns.dt, ns.wdt, dx, dg, dy->data, x->data, rstd->data,
-                                  w->data, ns.rows, ns.cols, ws, nbytes, s));
+  if (workspace(&c, nbytes, x, &ws) || kt_target(&c, x, &l, &s)) goto out;
+  kt_status(&c, kiln_rms_norm_bwd(l, ns.dt, ns.wdt, dx, dg, dy->data, x->data, rstd->data, w->data,
+                                  ns.rows, ns.cols, ws, nbytes, s));
 out:
   kt_end(&c);
 }

@@ -81,8 +81,7 @@ static void scaled_masked_softmax(kt_ivalue *stack, uint64_t nargs, uint64_t nou
   kiln_loader *l;
   struct CUstream_st *s;
   char md[48];
-  if (masked_args(&c, x, m) || kt_dtype_code(&c, x, "x", &dt) || kt_contig(&c, x))
-    goto out;
+  if (masked_args(&c, x, m) || kt_dtype_code(&c, x, "x", &dt) || kt_contig(&c, x)) goto out;
   if (m->dtype != kt_bool && m->dtype != kt_u8) {
     kt_fail(&c, "kiln.torch.scaled_masked_softmax: mask is %s; want bool or uint8",
             kt_dtype(md, sizeof md, m));
@@ -110,8 +109,7 @@ static void scaled_masked_softmax_backward(kt_ivalue *stack, uint64_t nargs, uin
   struct CUstream_st *s;
   char ys[256];
   if (y->dim != 4 || y->sizes[3] == 0) {
-    kt_fail(&c,
-            "kiln.torch.scaled_masked_softmax_backward: want y [b, heads, sq, sk >= 1]; got %s",
+    kt_fail(&c, "kiln.torch.scaled_masked_softmax_backward: want y [b, heads, sq, sk >= 1]; got %s",
             SHAPE(ys, y));
     goto out;
   }
@@ -148,8 +146,7 @@ static void scaled_upper_triang_masked_softmax(kt_ivalue *stack, uint64_t nargs,
     goto out;
   }
   if (kt_dtype_code(&c, x, "x", &dt) || kt_contig(&c, x) ||
-      kt_out(&c, x->dim, x->sizes, x->dtype, x, &y) || kt_numel(x) == 0 ||
-      kt_target(&c, x, &l, &s))
+      kt_out(&c, x->dim, x->sizes, x->dtype, x, &y) || kt_numel(x) == 0 || kt_target(&c, x, &l, &s))
     goto out;
   const int64_t *z = x->sizes;
   kt_status(&c, kiln_scaled_upper_triang_masked_softmax_fwd(l, dt, y, x->data, (long long)z[0],

@@ -15,8 +15,7 @@ static kiln_loader *kt_loaders[KT_MAX_DEVICES];
 static int kt_opened;
 static char kt_names[1024];
 
-static const kt_kernel *const kt_families[] = {kt_softmax_kernels, kt_norm_kernels,
-                                               kt_act_kernels};
+static const kt_kernel *const kt_families[] = {kt_softmax_kernels, kt_norm_kernels, kt_act_kernels};
 
 static int kt_usable(const kt_kernel *k) {
   return !k->optional_args || kt_torch.delete_stable_ivalue != NULL;
@@ -29,11 +28,9 @@ int kiln_torch_open(const char *cpu_lib, const char *cuda_lib, char *missing, si
     size_t at = 0;
     for (size_t f = 0; f < sizeof kt_families / sizeof kt_families[0]; f++) {
       for (const kt_kernel *k = kt_families[f]; k->name; k++) {
-        if (!kt_usable(k))
-          continue;
+        if (!kt_usable(k)) continue;
         int w = snprintf(kt_names + at, sizeof kt_names - at, "%s%s", at ? "," : "", k->name);
-        if (w > 0 && (size_t)w < sizeof kt_names - at)
-          at += (size_t)w;
+        if (w > 0 && (size_t)w < sizeof kt_names - at) at += (size_t)w;
       }
     }
     kt_opened = 1;
@@ -49,8 +46,7 @@ const char *kiln_torch_ops(void) {
 static const kt_kernel *kt_find(const char *name, size_t len) {
   for (size_t f = 0; f < sizeof kt_families / sizeof kt_families[0]; f++) {
     for (const kt_kernel *k = kt_families[f]; k->name; k++) {
-      if (strlen(k->name) == len && strncmp(k->name, name, len) == 0 && kt_usable(k))
-        return k;
+      if (strlen(k->name) == len && strncmp(k->name, name, len) == 0 && kt_usable(k)) return k;
     }
   }
   return NULL;
@@ -58,8 +54,7 @@ static const kt_kernel *kt_find(const char *name, size_t len) {
 
 kiln_status kiln_torch_register(void **out, const char *key, const char *names) {
   *out = NULL;
-  if (!kt_opened || !key || !names)
-    return KILN_EINVAL;
+  if (!kt_opened || !key || !names) return KILN_EINVAL;
   kt_library_handle lib = NULL;
   if (kt_torch.library_init_impl("kiln", key, __FILE__, __LINE__, &lib) != 0 || !lib)
     return KILN_EINTERNAL;
@@ -78,14 +73,12 @@ kiln_status kiln_torch_register(void **out, const char *key, const char *names) 
 }
 
 void kiln_torch_unregister(void *lib) {
-  if (lib)
-    kt_torch.delete_library_object((kt_library_handle)lib);
+  if (lib) kt_torch.delete_library_object((kt_library_handle)lib);
 }
 
 kiln_status kt_loader_get(kiln_loader **out, int dev, const kiln_loader_options *opts) {
   *out = NULL;
-  if (dev < 0 || dev >= KT_MAX_DEVICES)
-    return KILN_EINVAL;
+  if (dev < 0 || dev >= KT_MAX_DEVICES) return KILN_EINVAL;
   kiln_loader *l = __atomic_load_n(&kt_loaders[dev], __ATOMIC_ACQUIRE);
   if (l) {
     *out = l;
@@ -101,10 +94,8 @@ kiln_status kt_loader_get(kiln_loader **out, int dev, const kiln_loader_options 
     else
       st = kiln_loader_options_init(&o, KILN_LOADER_OPTIONS_VERSION);
     o.device = dev;
-    if (st == KILN_OK)
-      st = kiln_loader_open(&l, &o);
-    if (st == KILN_OK)
-      __atomic_store_n(&kt_loaders[dev], l, __ATOMIC_RELEASE);
+    if (st == KILN_OK) st = kiln_loader_open(&l, &o);
+    if (st == KILN_OK) __atomic_store_n(&kt_loaders[dev], l, __ATOMIC_RELEASE);
   }
   pthread_mutex_unlock(&kt_lock);
   *out = l;

@@ -18,7 +18,8 @@ typedef struct kt_sym {
   int required;
 } kt_sym;
 
-#define KT_SYM(field, name, req) {name, (void **)&kt_torch.field, req}
+#define KT_SYM(field, name, req)                                                                   \
+  { name, (void **)&kt_torch.field, req }
 
 static const kt_sym kt_cpu_syms[] = {
     KT_SYM(dtype_float32, "aoti_torch_dtype_float32", 1),
@@ -99,10 +100,9 @@ const char *kt_dtype_name(int32_t dtype, char *buf, size_t n) {
   const struct {
     int32_t code;
     const char *name;
-  } names[] = {{kt_f32, "float32"}, {kt_f16, "float16"}, {kt_bf16, "bfloat16"},
-               {kt_f64, "float64"}, {kt_i64, "int64"},   {kt_i32, "int32"},
-               {kt_i16, "int16"},   {kt_i8, "int8"},     {kt_u8, "uint8"},
-               {kt_bool, "bool"}};
+  } names[] = {{kt_f32, "float32"}, {kt_f16, "float16"}, {kt_bf16, "bfloat16"}, {kt_f64, "float64"},
+               {kt_i64, "int64"},   {kt_i32, "int32"},   {kt_i16, "int16"},     {kt_i8, "int8"},
+               {kt_u8, "uint8"},    {kt_bool, "bool"}};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
     if (names[i].code == dtype) {
       snprintf(buf, n, "torch.%s", names[i].name);

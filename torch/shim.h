@@ -15,10 +15,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef int32_t kt_aoti_error; /* AOTITorchError: 0 = success */
-typedef struct kt_aten_tensor *kt_tensor_handle; /* AtenTensorHandle */
+typedef int32_t kt_aoti_error;                      /* AOTITorchError: 0 = success */
+typedef struct kt_aten_tensor *kt_tensor_handle;    /* AtenTensorHandle */
 typedef struct kt_torch_library *kt_library_handle; /* TorchLibraryHandle */
-typedef uint64_t kt_ivalue; /* StableIValue */
+typedef uint64_t kt_ivalue;                         /* StableIValue */
 /* A boxed kernel: stack[0, num_args) holds the arguments (tensors as new
  * handles the kernel owns); the kernel writes its outputs to
  * stack[0, num_outputs) (new handles whose ownership passes to torch). */
@@ -53,8 +53,8 @@ typedef struct kt_shim {
   kt_aoti_error (*copy_)(kt_tensor_handle self, kt_tensor_handle src, int32_t non_blocking);
   kt_aoti_error (*zero_)(kt_tensor_handle self);
   /* registration */
-  kt_aoti_error (*library_init_impl)(const char *ns, const char *k, const char *file,
-                                     uint32_t line, kt_library_handle *ret);
+  kt_aoti_error (*library_init_impl)(const char *ns, const char *k, const char *file, uint32_t line,
+                                     kt_library_handle *ret);
   kt_aoti_error (*library_impl)(kt_library_handle lib, const char *name, kt_boxed_fn fn);
   kt_aoti_error (*delete_library_object)(kt_library_handle lib);
   /* raises c10::Error (a Python RuntimeError) with msg when cond is false */
