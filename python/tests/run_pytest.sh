@@ -28,6 +28,11 @@ fi
 
 # The operator's KILN_* settings must not leak in (as tests/integration/lib.sh).
 for v in $(compgen -e | grep '^KILN_' || true); do unset "$v"; done
+# IT_TORCH_FAST (ctest sets it for python.ops_fallback): KILN_TORCH_FAST, so
+# the same op tests run on the Python path (docs/python.md, "The fast path").
+if [[ -n ${IT_TORCH_FAST:-} ]]; then
+  export KILN_TORCH_FAST=$IT_TORCH_FAST
+fi
 # IT_KERNELS_LAYER (ctest sets it for the files about ops): the kernels
 # fixture, a read-only layer, so that the ops load rather than compile.
 if [[ -n ${IT_KERNELS_LAYER:-} ]]; then

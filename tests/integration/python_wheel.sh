@@ -65,7 +65,7 @@ python3 - "$whl" >"$OUT" <<'PY' || fail "the wheel's contents: $(cat "$OUT")"
 import sys, zipfile
 names = set(zipfile.ZipFile(sys.argv[1]).namelist())
 need = {"kiln/__init__.py", "kiln/_lib.py", "kiln/__main__.py", "kiln/torch/ops.py",
-        "kiln/bin/kiln", "kiln/lib/libkiln.so.0.2"}
+        "kiln/bin/kiln", "kiln/lib/libkiln.so.0.2", "kiln/lib/libkiln_torch.so"}
 bad = sorted(n for n in names if n.endswith(".a") or n.endswith("libkiln.so") or "/include/" in n
              or n.startswith("kiln/lib/libkiln.so.0.2.") or "__pycache__" in n)
 if need - names or bad:
@@ -125,6 +125,11 @@ KILN_CUDA_LIBRARY=$T/libkiln_fakecuda.so KILN_FAKE_CUDA_HOST_MEMORY=1 KILN_CACHE
   tail -40 "$OUT" >&2
 }
 log "pytest: $(tail -1 "$OUT")"
+
+log "the installed package's fast path: its libkiln_torch, torch's shim"
+masked env -C "$T" "$vpy" -c 'import kiln.torch as kt; i = kt.info(); print(i["fast"], len(i["c_ops"]))' \
+  >"$OUT" 2>"$ERR" || fail "kiln.torch.info() failed: $(tail -3 "$ERR")"
+expect_eq "$(tail -1 "$OUT")" "True 14" "kiln.torch.info(): the fast path and its ops"
 
 printf '%s: wheel %s KiB, built in %s s (%s, toolkit hidden); installed %s KiB\n' "$TEST_NAME" \
   "$(($(stat -c %s "$whl") / 1024))" "$wheel_s" "$reused" "$installed_kib"
