@@ -325,3 +325,27 @@ def test_kiln_torch_fast_0_keeps_the_python_path(monkeypatch):
     spec.loader.exec_module(copy)
     assert not copy.available() and copy.ops() == frozenset()
     assert copy._reason == "KILN_TORCH_FAST=0"
+
+
+def test_a_torch_without_the_shim_leaves_the_fast_path_off_naming_the_symbol():
+    """kiln_torch_open on a loaded library that lacks the shim (libc, standing
+    in for an older libtorch; in a fresh interpreter, where libkiln_torch has
+    not opened torch's yet) fails naming the first missing symbol, the reason
+    info() then gives."""
+    import ctypes.util
+    import subprocess
+
+    code = (
+        "import ctypes, sys\n"
+        "lt = ctypes.CDLL(sys.argv[1])\n"
+        "buf = ctypes.create_string_buffer(256)\n"
+        "rc = lt.kiln_torch_open(sys.argv[2].encode(), None, buf, 256)\n"
+        "lt.kiln_torch_ops.restype = ctypes.c_char_p\n"
+        "print(rc, buf.value.decode(), repr(lt.kiln_torch_ops().decode()))\n"
+    )
+    libc = ctypes.util.find_library("c")
+    out = subprocess.run(
+        [sys.executable, "-c", code, _fast._find(), libc], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["-1", "aoti_torch_dtype_float32", "''"]
