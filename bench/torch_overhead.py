@@ -18,19 +18,21 @@ interleaved rounds, best round of each, microseconds per call:
 in four modes: nograd (the input does not require grad), grad (it does;
 forward only), inference (under torch.inference_mode), fwd+bwd (forward and
 backward). kiln's figures are overhead: the call minus the C launchers' own
-time (launch: the forward launcher, + the backward one in fwd+bwd), which on
-the fake driver includes the emulated kernel; torch's is the whole call. Each
-is printed with its ratio to torch in the same mode. Runs on CUDA tensors when
+time (the forward launcher, + the backward one in fwd+bwd, timed in the same
+round), which on the fake driver includes the emulated kernel; torch's is the
+whole call. Each is the median over the rounds, printed with its ratio to
+torch in the same mode. Runs on CUDA tensors when
 a GPU is there, else on the fake driver (KILN_CUDA_LIBRARY,
 KILN_FAKE_CUDA_HOST_MEMORY=1) with CPU tensors.
 
-  bench/torch_overhead.py [--calls 2000] [--rounds 7]
+  bench/torch_overhead.py [--calls 200] [--rounds 41]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import time
 
 import torch
@@ -85,8 +87,8 @@ def megatron_softmax():  # type: ignore[no-untyped-def]
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--calls", type=int, default=2000)
-    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=41)
     a = ap.parse_args()
     cuda = torch.cuda.is_available()
     if cuda:
@@ -154,38 +156,47 @@ def main() -> None:
             torch.testing.assert_close(fwd[n](x0).float(), torch.softmax(x0.float(), -1), rtol=2e-3, atol=2e-3)
     _fast.set_enabled(True)
 
-    best = {(c, m): float("inf") for c in COLUMNS + ("launch_fwd", "launch_bwd") for m in MODES}
+    # Per round and mode, the launchers are timed next to the calls and each
+    # column's overhead is its call minus them in that round; the median over
+    # rounds is printed. On the fake driver the emulated kernel's time drifts
+    # by several microseconds over a run, more than the overheads measured:
+    # pairing within a round cancels the drift, the median the outliers.
+    per: dict[tuple[str, str], list[float]] = {(c, m): [] for c in COLUMNS for m in MODES}
+    launches: dict[str, list[float]] = {"fwd": [], "bwd": []}
     for _ in range(a.rounds):
         for mode in MODES:
+            lf = per_call_us(launch_fwd, a.calls, sync, "nograd")
+            lb = per_call_us(launch_bwd, a.calls, sync, "nograd") if mode == "fwd+bwd" else 0.0
+            launches["fwd"].append(lf)
+            if mode == "fwd+bwd":
+                launches["bwd"].append(lb)
             for col in COLUMNS:
                 fn = call(col, mode)
                 if fn is None:
                     continue
                 _fast.set_enabled(col != "fallback")
-                for _ in range(20):
+                for _ in range(5):
                     fn()
-                best[col, mode] = min(best[col, mode], per_call_us(fn, a.calls, sync, mode))
+                t = per_call_us(fn, a.calls, sync, mode)
+                per[col, mode].append(t if col == "torch" else t - lf - lb)
             _fast.set_enabled(True)
-        for name, fn in (("launch_fwd", launch_fwd), ("launch_bwd", launch_bwd)):
-            best[name, MODES[0]] = min(best[name, MODES[0]], per_call_us(fn, a.calls, sync, "nograd"))
-    lf, lb = best["launch_fwd", MODES[0]], best["launch_bwd", MODES[0]]
 
+    def median(v: list[float]) -> float:
+        return statistics.median(v) if v else float("nan")
+
+    lf, lb = median(launches["fwd"]), median(launches["bwd"])
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(
         f"# torch {torch.__version__}, device "
         f"{'cuda: ' + torch.cuda.get_device_name() if cuda else 'fake driver (CPU tensors)'}, "
         f"scaled_softmax fp16 {list(shape)}, fast path: {_fast.info()['reason']}"
     )
-    print(f"# {a.calls} calls per round, best of {a.rounds} interleaved rounds, microseconds per call; load {load:.2f}")
-    print(f"# launchers alone: forward {lf:.2f}, backward {lb:.2f} (subtracted from kiln's columns: overhead)")
+    print(f"# {a.calls} calls per timing, {a.rounds} interleaved rounds, median of each (kiln: call - launchers of its round), microseconds per call; load {load:.2f}")
+    print(f"# launchers alone (medians): forward {lf:.2f}, backward {lb:.2f} (subtracted from kiln's columns: overhead)")
     print(f"{'mode':10} " + " ".join(f"{c:>9}" for c in COLUMNS) + "   " + " ".join(f"{c + '/t':>11}" for c in COLUMNS[1:]))
     for mode in MODES:
-        base = best["torch", mode]
-        launch = lf + (lb if mode == "fwd+bwd" else 0.0)
-        vals = {"torch": base}
-        for c in COLUMNS[1:]:
-            v = best[c, mode]
-            vals[c] = v - launch if v != float("inf") else float("nan")
+        vals = {c: median(per[c, mode]) for c in COLUMNS}
+        base = vals["torch"]
         print(
             f"{mode:10} "
             + " ".join(f"{vals[c]:9.2f}" for c in COLUMNS)

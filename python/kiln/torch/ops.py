@@ -110,17 +110,18 @@ class _Op:
             backward, setup = self._autograd
             op = self._op
 
-            def forward(*args):  # type: ignore[no-untyped-def]
-                return op(*args)
+            # forward(ctx, ...) running setup itself, not a setup_context
+            # staticmethod: with one, Function.apply binds the arguments
+            # through inspect.signature on every call (tens of microseconds)
+            def forward(ctx, *args):  # type: ignore[no-untyped-def]
+                out = op(*args)
+                setup(ctx, args, out)
+                return out
 
             self._function = type(
                 "kiln_" + self.name,
                 (torch.autograd.Function,),
-                {
-                    "forward": staticmethod(forward),
-                    "setup_context": staticmethod(setup),
-                    "backward": staticmethod(backward),
-                },
+                {"forward": staticmethod(forward), "backward": staticmethod(backward)},
             )
         return self._function
 
@@ -145,6 +146,12 @@ def _register() -> None:
         (c_cpu.append(op.name) if c and cpu_c else py.impl(op.name, op._init_fn, "CPU"))
         if op._autograd is not None and not c:
             torch.library.register_autograd(op.qualname, op._autograd[0], setup_context=op._autograd[1], lib=py)
+        elif c:
+            # no autograd kernel at all: the dispatcher goes straight to the C
+            # kernel (torch's not-implemented fallback would build a graph node
+            # per call with an input that requires grad, inside the Function's
+            # forward too); gradients come from the Function
+            py.impl(op.name, torch.library.fallthrough_kernel, "Autograd")
         op._fn = op.function() if c else None
     _impls["py"] = py
     _impls["c_cuda"] = _fast.register("CUDA", c_cuda)
