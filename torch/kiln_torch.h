@@ -35,6 +35,9 @@ KILN_API void kiln_torch_unregister(void *lib);
  * path. kiln_torch_close_loaders closes every one (tests). */
 KILN_API kiln_status kiln_torch_loader(kiln_loader **out, int dev, const kiln_loader_options *opts);
 KILN_API void kiln_torch_close_loaders(void);
+/* The loader of device dev if one is open (a kernel may have opened it), else
+ * NULL; never opens one. */
+KILN_API kiln_loader *kiln_torch_loader_peek(int dev);
 
 /* The status and message of the last error a kernel raised on this thread
  * (the RuntimeError torch made of it carries the same message): 1 and cleared,

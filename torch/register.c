@@ -106,6 +106,11 @@ kiln_status kiln_torch_loader(kiln_loader **out, int dev, const kiln_loader_opti
   return kt_loader_get(out, dev, opts);
 }
 
+kiln_loader *kiln_torch_loader_peek(int dev) {
+  if (dev < 0 || dev >= KT_MAX_DEVICES) return NULL;
+  return __atomic_load_n(&kt_loaders[dev], __ATOMIC_ACQUIRE);
+}
+
 void kiln_torch_close_loaders(void) {
   pthread_mutex_lock(&kt_lock);
   for (int i = 0; i < KT_MAX_DEVICES; i++) {

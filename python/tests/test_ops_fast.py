@@ -349,3 +349,14 @@ def test_a_torch_without_the_shim_leaves_the_fast_path_off_naming_the_symbol():
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["-1", "aoti_torch_dtype_float32", "''"]
+
+
+def test_a_loader_a_c_kernel_opened_counts_as_open():
+    """kiln.torch.dist.warmup refuses settings for a loader that is already
+    open: one a C kernel opened counts (libkiln_torch's table is the one
+    table of loaders)."""
+    _runtime.close_all()
+    assert not _runtime.is_open(0)
+    kt.scaled_softmax(torch.zeros(1, 4))  # the C kernel opens device 0's loader
+    assert 0 not in _runtime._loaders and _runtime.is_open(0)
+    assert _runtime.loader(0).value == _fast._lib_torch.kiln_torch_loader_peek(0)

@@ -67,6 +67,8 @@ def _load() -> None:
     lt.kiln_torch_unregister.argtypes = [c_void_p]
     lt.kiln_torch_loader.restype = c_int
     lt.kiln_torch_loader.argtypes = [POINTER(c_void_p), c_int, POINTER(_lib.kiln_loader_options)]
+    lt.kiln_torch_loader_peek.restype = c_void_p
+    lt.kiln_torch_loader_peek.argtypes = [c_int]
     lt.kiln_torch_close_loaders.restype = None
     lt.kiln_torch_close_loaders.argtypes = []
     lt.kiln_torch_take_error.restype = c_int
@@ -143,6 +145,12 @@ def loader(dev: int, options: _lib.kiln_loader_options | None) -> c_void_p:
     if st != 0:
         raise error_for(st, _lib.last_error(), _lib.status_name(st))
     return h
+
+
+def loader_open(dev: int) -> bool:
+    """A loader of device dev is open in libkiln_torch's table (an op's C
+    kernel may have opened it before any Python code asked)."""
+    return _lib_torch is not None and bool(_lib_torch.kiln_torch_loader_peek(dev))
 
 
 def close_loaders() -> None:

@@ -104,6 +104,16 @@ def loader(dev: int, options: _lib.kiln_loader_options | None = None) -> c_void_
         return h
 
 
+def is_open(dev: int) -> bool:
+    """The loader of device dev is open (by Python, or by a C kernel of the
+    fast path)."""
+    if dev in _loaders:
+        return True
+    from kiln.torch import _fast
+
+    return _fast.loader_open(dev)
+
+
 def capturing() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 

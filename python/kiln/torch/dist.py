@@ -569,7 +569,7 @@ def _load(
             cache = path_arg("kiln.torch.dist.warmup: cache", cache.dir)
         wanted = (cache, kernels, heartbeat_s, timeout_s, peer_timeout_s)
         custom = wanted != (None, None, float(KILN_ENV), float(KILN_ENV), float(KILN_ENV))
-        if dev in _runtime._loaders and custom and _opened_with.get(dev) != wanted:
+        if _runtime.is_open(dev) and custom and _opened_with.get(dev) != wanted:
             raise KilnInvalidArgument(
                 f"kiln.torch.dist.warmup: the loader of device {dev} is already open (kiln.torch.init, "
                 "an op or a warmup with other settings ran first), so cache, kernels, heartbeat_ms, "
@@ -579,7 +579,7 @@ def _load(
                 code=-1,
             )
         opts = None
-        if dev not in _runtime._loaders:
+        if not _runtime.is_open(dev):
             opts = _lib.kiln_loader_options()
             _raise_status(lib.kiln_loader_options_init(byref(opts), _lib.STRUCT_VERSIONS["kiln_loader_options"]))
             if cache is not None:
