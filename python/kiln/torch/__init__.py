@@ -8,7 +8,10 @@ one-rank build inside a torch.distributed job.
 
 Ops are torch.library custom ops (``torch.ops.kiln.*``) with fake
 implementations and autograd formulas, so torch.compile(fullgraph=True) and
-torch.library.opcheck work. docs/python.md has the API and the op schemas.
+torch.library.opcheck work. Where torch has its stable C shim, most ops run
+as C kernels registered from libkiln_torch (``kt.info()`` says which;
+``KILN_TORCH_FAST=0`` keeps the Python impls). docs/python.md has the API and
+the op schemas.
 """
 
 from __future__ import annotations

@@ -6,6 +6,11 @@ launches kiln's C launcher on the current CUDA stream through ctypes, a fake
 calls the op's ``*_backward`` custom op. The public functions at the bottom
 (``kiln.torch.scaled_softmax`` ...) are shaped like torch.nn.functional.
 
+Where torch has its stable C shim, the ops with a C kernel in libkiln_torch
+(kiln.torch._fast) run it instead of the impl here, with the same checks and
+messages, and take their autograd formula through a torch.autograd.Function
+only when an input requires grad (_Op; docs/python.md, "The fast path").
+
 Inputs: float32, float16 or bfloat16 (weights may be float32 with 16-bit
 activations where the C API says so); token ids and targets int64. Inputs
 of any layout (transposed, sliced, expanded) are made contiguous (a copy)
