@@ -214,7 +214,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--results", default=os.path.join(ROOT, "bench", "results"), help="where the raw outputs are")
     p.add_argument("--prefix", default="2026-11-28-cpu-2core", help="the raw outputs' common name prefix")
-    p.add_argument("--out", help="where the PNGs go (default: --results)")
+    p.add_argument("--out", help="where the PNGs go, created if missing (default: --results)")
     args = p.parse_args()
     try:
         import matplotlib
@@ -231,6 +231,11 @@ def main():
         herd = parse_herd(base + "-remote_herd.txt")
     except InputError as e:
         print(f"plot_scale: {e}", file=sys.stderr)
+        return 1
+    try:
+        os.makedirs(args.out or args.results, exist_ok=True)
+    except OSError as e:
+        print(f"plot_scale: --out {args.out}: {e.strerror}", file=sys.stderr)
         return 1
     cm = load_model()
     hb = sim["hb_ms"]
