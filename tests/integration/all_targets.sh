@@ -5,7 +5,8 @@
 # single build of all of it takes longer than any test may):
 #
 #   all_targets.sh KILN FIXTURES part NAME ARCHS GLOB   the units GLOB for
-#       those of ARCHS that --arch all names, into the fixture all_NAME
+#       those of ARCHS (XY, compute_XY, XY+ptx: both) that --arch all names,
+#       in one build, into the fixture all_NAME
 #       (ARCHS not in --arch all here, e.g. sm_121 on an older NVRTC, are
 #       left out, said)
 #   all_targets.sh KILN FIXTURES check NAME...     over the "kernels" fixture
@@ -35,9 +36,12 @@ if [[ $mode == part ]]; then
   wanted=$(all_targets)
   archs=()
   for a in ${5//,/ }; do
-    t=$a
-    [[ $t == [0-9]* ]] && t=sm_$t
-    if grep -qx "$t" <<<"$wanted"; then archs+=("$t"); else log "$t: not in --arch all here, left out"; fi
+    ts=$a
+    [[ $a == [0-9]*+ptx ]] && ts="sm_${a%+ptx} compute_${a%+ptx}" # both, in one build
+    [[ $a == [0-9]* && $a != *+ptx ]] && ts=sm_$a
+    for t in $ts; do
+      if grep -qx "$t" <<<"$wanted"; then archs+=("$t"); else log "$t: not in --arch all here, left out"; fi
+    done
   done
   ((${#archs[@]})) || skip "none of $5 is in --arch all here"
   list=$(IFS=,; echo "${archs[*]}")
