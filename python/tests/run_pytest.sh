@@ -49,4 +49,7 @@ export PYTHONDONTWRITEBYTECODE=1 # nothing written into the source tree
 cd "$src"
 rc=0
 "$py" -m pytest -q -p no:cacheprovider --basetemp="$tmp/pytest" "$@" || rc=$?
+# 5: nothing collected, as when a file skips itself whole (test_ops_cuda.py
+# without a GPU): a skip for ctest, not a failure.
+[[ $rc == 5 ]] && exit 77
 exit "$rc"
