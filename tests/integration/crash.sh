@@ -39,7 +39,7 @@ expect_exit 0 kiln "${args[@]}" --json
 expect_eq "$(json "$OUT" '[d["targets"], d["hits"], d["built"], d["failed"]]')" "[2, 1, 1, 0]" \
   "rerun: targets, hits, built, failed"
 expect_eq "$(index_query "$cache" "SELECT group_concat(target, ' ') FROM (SELECT target FROM records ORDER BY target)")" \
-  "compute_90 sm_90" "targets in the cache after the rerun"
+  "sm_80 sm_90" "targets in the cache after the rerun"
 expect_exit 0 kiln cache verify --cache "$cache"
 expect_stdout_contains "0 bad"
 expect_eq "$(tmp_files "$cache")" 0 "files in tmp/"
