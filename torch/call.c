@@ -1,8 +1,10 @@
 /* One call of a boxed kernel: arguments, outputs, the error (call.h). */
 #include "torch/call.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "torch/kiln_torch.h"
@@ -24,16 +26,19 @@ static void kt_read(kt_arg *a) {
   kt_torch.get_data_ptr(a->h, &a->data);
 }
 
-void kt_begin(kt_call *c, const char *op, kt_ivalue *stack, unsigned tensors, unsigned opt) {
+/* Adopts the arguments in op's Tensor, Tensor? and str slots. */
+static void kt_begin(kt_call *c, const kt_op *op, kt_ivalue *stack) {
   memset(c, 0, sizeof *c);
   kt_err.pending = 0; /* a record nobody took belongs to an earlier call */
-  c->op = op;
+  c->op = op->name;
   c->stack = stack;
   for (int i = 0; i < KT_MAX_ARGS; i++) {
     kt_tensor_handle h = NULL;
-    if (tensors & (1u << i)) {
+    if (op->strs & (1u << i)) /* an owning StringHandle (torch >= 2.10) */
+      memcpy(&c->str[i], &stack[i], sizeof c->str[i]);
+    if (op->tensors & (1u << i)) {
       memcpy(&h, &stack[i], sizeof h);
-    } else if (opt & (1u << i)) {
+    } else if (op->opt & (1u << i)) {
       /* T?: NULL (None) or a heap StableIValue holding the handle, which the
        * kernel frees (torch's to<std::optional<T>>) */
       kt_ivalue *boxed = NULL;
@@ -52,6 +57,8 @@ static void kt_free(kt_call *c, int outputs_too) {
   for (int i = 0; i < KT_MAX_ARGS; i++) {
     if (c->arg[i].h) kt_torch.delete_tensor_object(c->arg[i].h);
     c->arg[i].h = NULL;
+    if (c->str[i]) kt_torch.delete_string(c->str[i]);
+    c->str[i] = NULL;
   }
   for (int i = 0; i < c->n_temp; i++)
     kt_torch.delete_tensor_object(c->temp[i]);
@@ -63,7 +70,8 @@ static void kt_free(kt_call *c, int outputs_too) {
   }
 }
 
-void kt_end(kt_call *c) {
+/* Outputs to torch, or the error raised (then kt_end does not return). */
+static void kt_end(kt_call *c) {
   if (c->st == KILN_OK) {
     for (int i = 0; i < c->n_out; i++)
       memcpy(&c->stack[i], &c->out[i], sizeof c->out[i]);
@@ -77,6 +85,13 @@ void kt_end(kt_call *c) {
   /* throws (c10::Error): nothing of this call is left to free; torch copies
    * the message */
   kt_torch.check(false, c->op, __FILE__, __LINE__, kt_err.msg);
+}
+
+void kt_run(const kt_op *op, kt_ivalue *stack) {
+  kt_call c;
+  kt_begin(&c, op, stack);
+  op->body(&c);
+  kt_end(&c);
 }
 
 int kiln_torch_take_error(int *status, char *msg, size_t n) {
@@ -103,6 +118,46 @@ int kt_bool_arg(const kt_call *c, int slot) {
   bool v;
   memcpy(&v, &c->stack[slot], sizeof v);
   return v ? 1 : 0;
+}
+
+const char *kt_str(const kt_call *c, int slot, size_t *len) {
+  const char *p = NULL;
+  *len = 0;
+  kt_string_handle h = c->str[slot];
+  if (!h || kt_torch.string_length(h, len) != 0 || kt_torch.string_c_str(h, &p) != 0 || !p) {
+    *len = 0;
+    return "";
+  }
+  return p;
+}
+
+const char *kt_pyfloat(char *buf, size_t n, double v) {
+  if (isnan(v)) {
+    snprintf(buf, n, "nan");
+    return buf;
+  }
+  if (isinf(v)) {
+    snprintf(buf, n, "%sinf", v < 0 ? "-" : "");
+    return buf;
+  }
+  /* repr: the fewest digits that read back as v, fixed notation for a
+   * decimal exponent in [-4, 16), else d.ddde+XX */
+  char e[40];
+  int prec = 1;
+  for (; prec < 17; prec++) {
+    snprintf(e, sizeof e, "%.*e", prec - 1, v);
+    if (strtod(e, NULL) == v) break;
+  }
+  snprintf(e, sizeof e, "%.*e", prec - 1, v);
+  const char *ep = strchr(e, 'e');
+  long exp10 = ep ? strtol(ep + 1, NULL, 10) : 0;
+  if (exp10 < -4 || exp10 >= 16) {
+    snprintf(buf, n, "%s", e);
+    return buf;
+  }
+  int frac = prec - 1 - (int)exp10;
+  snprintf(buf, n, "%.*f%s", frac > 0 ? frac : 0, v, frac > 0 ? "" : ".0");
+  return buf;
 }
 
 int kt_fail(kt_call *c, const char *fmt, ...) {
@@ -174,10 +229,10 @@ int64_t kt_numel(const kt_arg *a) {
 
 static int kt_new(kt_call *c, kt_tensor_handle *slot, int64_t dim, const int64_t *sizes,
                   int32_t dtype, const kt_arg *like, void **out_data) {
-  int64_t strides[16];
-  if (dim > 16)
-    return kt_fail(c, "kiln.torch.%s: %lld dimensions; kiln takes at most 16", c->op,
-                   (long long)dim);
+  int64_t strides[KT_MAX_DIM];
+  if (dim > KT_MAX_DIM)
+    return kt_fail(c, "kiln.torch.%s: %lld dimensions; kiln takes at most %d", c->op,
+                   (long long)dim, KT_MAX_DIM);
   int64_t s = 1;
   for (int64_t i = dim - 1; i >= 0; i--) {
     strides[i] = s;
@@ -191,20 +246,38 @@ static int kt_new(kt_call *c, kt_tensor_handle *slot, int64_t dim, const int64_t
   return kt_torch.get_data_ptr(*slot, out_data) == 0 ? 0 : -1;
 }
 
+/* a new tensor kept in slots[*n] (the outputs, or scratch freed at kt_end) */
+static int kt_keep(kt_call *c, kt_tensor_handle *slots, int *n, int max, int64_t dim,
+                   const int64_t *sizes, int32_t dtype, const kt_arg *like, void **out_data) {
+  if (*n >= max) return kt_fail(c, "kiln.torch.%s: too many tensors", c->op);
+  int rc = kt_new(c, &slots[*n], dim, sizes, dtype, like, out_data);
+  if (slots[*n]) (*n)++;
+  return rc;
+}
+
 int kt_out(kt_call *c, int64_t dim, const int64_t *sizes, int32_t dtype, const kt_arg *like,
            void **out_data) {
-  if (c->n_out >= KT_MAX_OUT) return -1;
-  int rc = kt_new(c, &c->out[c->n_out], dim, sizes, dtype, like, out_data);
-  if (c->out[c->n_out]) c->n_out++;
-  return rc;
+  return kt_keep(c, c->out, &c->n_out, KT_MAX_OUT, dim, sizes, dtype, like, out_data);
 }
 
 int kt_tmp(kt_call *c, int64_t dim, const int64_t *sizes, int32_t dtype, const kt_arg *like,
            void **out_data) {
-  if (c->n_temp >= KT_MAX_TEMP) return -1;
-  int rc = kt_new(c, &c->temp[c->n_temp], dim, sizes, dtype, like, out_data);
-  if (c->temp[c->n_temp]) c->n_temp++;
-  return rc;
+  return kt_keep(c, c->temp, &c->n_temp, KT_MAX_TEMP, dim, sizes, dtype, like, out_data);
+}
+
+int kt_out_like(kt_call *c, const kt_arg *like, void **out_data) {
+  return kt_out(c, like->dim, like->sizes, like->dtype, like, out_data);
+}
+
+int kt_workspace(kt_call *c, size_t nbytes, const kt_arg *like, void **out) {
+  *out = NULL;
+  if (nbytes == 0) return 0;
+  int64_t n = (int64_t)(nbytes + 256);
+  void *p;
+  if (kt_tmp(c, 1, &n, kt_u8, like, &p)) return -1;
+  uintptr_t a = (uintptr_t)p;
+  *out = (void *)(a + (-a % 256));
+  return 0;
 }
 
 int kt_zero_out(kt_call *c, int i) {
@@ -226,48 +299,111 @@ int kt_contig(kt_call *c, kt_arg *a) {
   return 0;
 }
 
+int kt_on_host(kt_call *c, kt_arg *a) {
+  if (a->devtype == kt_cpu) return kt_contig(c, a);
+  kt_arg host = *a;
+  host.devtype = kt_cpu;
+  host.devidx = 0;
+  void *data = NULL;
+  if (kt_tmp(c, a->dim, a->sizes, a->dtype, &host, &data) != 0) return -1;
+  kt_tensor_handle copy = c->temp[c->n_temp - 1];
+  if (kt_torch.copy_(copy, a->h, 0) != 0)
+    return kt_fail(c, "kiln.torch.%s: copy to the CPU failed", c->op);
+  kt_torch.get_sizes(copy, &a->sizes);
+  a->data = data;
+  a->devtype = kt_cpu;
+  a->devidx = 0;
+  return 0;
+}
+
 int kt_same_device(const kt_arg *a, const kt_arg *b) {
   return a->devtype == b->devtype && a->devidx == b->devidx;
 }
 
-int kt_target(kt_call *c, const kt_arg *like, kiln_loader **l, struct CUstream_st **stream) {
+int kt_skip(kt_call *c, const kt_arg *like, long long count) {
+  if (count == 0) return 1;
   int dev = 0;
-  *stream = NULL;
+  c->s = NULL;
   if (like->devtype == kt_cuda) {
     dev = like->devidx;
     void *s = NULL;
     if (!kt_torch.get_current_cuda_stream || kt_torch.get_current_cuda_stream(dev, &s) != 0)
       return kt_fail(c, "kiln.torch.%s: torch gave no current CUDA stream", c->op);
-    *stream = (struct CUstream_st *)s;
+    c->s = (struct CUstream_st *)s;
   }
   /* a CPU tensor reaches a kernel only in the tests' CPU-tensor mode (the C
    * kernels are registered for CPU only then): the fake driver's device 0 */
-  return kt_status(c, kt_loader_get(l, dev, NULL));
+  return kt_status(c, kt_loader_get(&c->l, dev, NULL));
 }
-
-#define SHAPE(buf, a) kt_shape(buf, sizeof buf, (a)->dim, (a)->sizes)
 
 /* ops.py _rows_cols: x's last dimension is the row */
 int kt_rows_cols(kt_call *c, const kt_arg *x, long long *rows, int *cols) {
   char s[256];
   if (x->dim < 1 || x->sizes[x->dim - 1] == 0)
     return kt_fail(c, "kiln.torch.%s: x of shape %s has no last dimension to use", c->op,
-                   SHAPE(s, x));
+                   KT_SHAPE(s, x));
   *cols = (int)x->sizes[x->dim - 1];
   *rows = (long long)(kt_numel(x) / x->sizes[x->dim - 1]);
   return 0;
 }
 
 /* ops.py _match: a gradient has its tensor's dtype, shape and device */
+int kt_same_shape(const kt_arg *a, const kt_arg *b) {
+  int same = a->dim == b->dim;
+  for (int64_t i = 0; same && i < a->dim; i++)
+    same = a->sizes[i] == b->sizes[i];
+  return same;
+}
+
 int kt_match(kt_call *c, const char *ref_name, const kt_arg *ref, const char *name,
              const kt_arg *t) {
-  int same = t->dtype == ref->dtype && t->dim == ref->dim && kt_same_device(t, ref);
-  for (int64_t i = 0; same && i < t->dim; i++)
-    same = t->sizes[i] == ref->sizes[i];
-  if (same) return 0;
+  if (t->dtype == ref->dtype && kt_same_device(t, ref) && kt_same_shape(t, ref)) return 0;
   char td[48], rd[48], ts[256], rs[256], tv[48], rv[48];
   return kt_fail(c, "kiln.torch.%s: %s is %s %s on %s, %s %s %s on %s; they must match", c->op,
-                 name, kt_dtype(td, sizeof td, t), SHAPE(ts, t), kt_device(tv, sizeof tv, t),
-                 ref_name, kt_dtype(rd, sizeof rd, ref), SHAPE(rs, ref),
+                 name, kt_dtype(td, sizeof td, t), KT_SHAPE(ts, t), kt_device(tv, sizeof tv, t),
+                 ref_name, kt_dtype(rd, sizeof rd, ref), KT_SHAPE(rs, ref),
                  kt_device(rv, sizeof rv, ref));
+}
+
+int kt_float32(kt_call *c, const char *op, const char *name, const kt_arg *t, int64_t dim,
+               const int64_t *sizes, const kt_arg *like) {
+  int ok = t->dtype == kt_f32 && t->dim == dim && kt_same_device(t, like);
+  for (int64_t i = 0; ok && i < dim; i++)
+    ok = t->sizes[i] == sizes[i];
+  if (ok) return 0;
+  char td[48], ts[256], tv[48], ws[256], lv[48];
+  return kt_fail(c, "kiln.torch.%s: %s is %s %s on %s; want float32 %s on %s", op, name,
+                 kt_dtype(td, sizeof td, t), KT_SHAPE(ts, t), kt_device(tv, sizeof tv, t),
+                 kt_shape(ws, sizeof ws, dim, sizes), kt_device(lv, sizeof lv, like));
+}
+
+int kt_same_dtype(kt_call *c, const char *name, const kt_arg *t, const kt_arg *x) {
+  char d1[48], d2[48];
+  if (!t->h) return 0;
+  if (t->dtype != x->dtype)
+    return kt_fail(c, "kiln.torch.%s: %s is %s, x is %s; they must match", c->op, name,
+                   kt_dtype(d1, sizeof d1, t), kt_dtype(d2, sizeof d2, x));
+  if (!kt_same_device(t, x))
+    return kt_fail(c, "kiln.torch.%s: %s is on %s, x on %s", c->op, name,
+                   kt_device(d1, sizeof d1, t), kt_device(d2, sizeof d2, x));
+  return 0;
+}
+
+int kt_bias(kt_call *c, const kt_arg *x, const kt_arg *bias, int cols) {
+  char s[256];
+  if (kt_same_dtype(c, "bias", bias, x)) return -1;
+  if (bias->h && (bias->dim != 1 || bias->sizes[0] != cols))
+    return kt_fail(c, "kiln.torch.%s: bias must be [%d]; got %s", c->op, cols, KT_SHAPE(s, bias));
+  return 0;
+}
+
+int kt_ids(kt_call *c, const char *op, kt_arg *ids, const kt_arg *like) {
+  char d1[48], d2[48];
+  if (ids->dtype != kt_i64)
+    return kt_fail(c, "kiln.torch.%s: token ids/targets are %s; want int64", op,
+                   kt_dtype(d1, sizeof d1, ids));
+  if (!kt_same_device(ids, like))
+    return kt_fail(c, "kiln.torch.%s: ids are on %s, the weights/logits on %s", op,
+                   kt_device(d1, sizeof d1, ids), kt_device(d2, sizeof d2, like));
+  return kt_contig(c, ids);
 }

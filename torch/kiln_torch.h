@@ -21,6 +21,12 @@ KILN_API int kiln_torch_open(const char *cpu_lib, const char *cuda_lib, char *mi
  * the shim kiln_torch_open found; "" before it. Static storage. */
 KILN_API const char *kiln_torch_ops(void);
 
+/* Whether libkiln_torch has a kernel for op name and the shim lacks what its
+ * arguments need: -1 no kernel at all, 0 it has one (usable once
+ * kiln_torch_open succeeded), 1 it has one that this torch cannot call, with
+ * the missing shim symbols (comma-separated) in missing (size n). */
+KILN_API int kiln_torch_op_missing(const char *name, char *missing, size_t n);
+
 /* Registers the kernels of the comma-separated ops in names (a subset of
  * kiln_torch_ops()) for dispatch key ("CUDA", "CPU") in a torch::Library
  * fragment of the kiln namespace; *out is its handle, kiln_torch_unregister

@@ -1,151 +1,197 @@
-/* The bias + activation kernels (kiln::bias_gelu, bias_swiglu and their
- * backwards): the checks and messages of python/kiln/torch/ops.py's impls, in
- * the same order, then the launcher on torch's current stream. The bias is a
- * Tensor? (a heap StableIValue torch allocates, which torch >= 2.13 lets the
- * kernel free: without torch_delete_stable_ivalue these stay in Python). */
+/* The bias + activation and bias + dropout + residual kernels (kiln::bias_gelu,
+ * bias_swiglu, bias_dropout_add and their backwards): the checks and messages
+ * of python/kiln/torch/ops.py's impls, in the same order, then the launcher
+ * on torch's current stream. The bias is a Tensor? (a heap StableIValue torch
+ * allocates, which torch >= 2.13 lets the kernel free: without
+ * torch_delete_stable_ivalue these stay in Python). Dropout's (seed, offset)
+ * is the op's seed_offset argument, drawn from torch's generator by
+ * kiln::philox_seed_offset: the shim has no call that reads a generator's
+ * Philox state (docs/python.md, "The fast path"). */
 #include <string.h>
 
-#include "torch/call.h"
 #include "torch/ops.h"
 
-#define SHAPE(buf, a) kt_shape(buf, sizeof buf, (a)->dim, (a)->sizes)
-
-/* ops.py _bias_check */
-static int bias_check(kt_call *c, const kt_arg *x, const kt_arg *bias, int cols) {
-  char d1[48], d2[48], s[256];
-  if (!bias->h) return 0;
-  if (bias->dtype != x->dtype)
-    return kt_fail(c, "kiln.torch.%s: bias is %s, x is %s; they must match", c->op,
-                   kt_dtype(d1, sizeof d1, bias), kt_dtype(d2, sizeof d2, x));
-  if (!kt_same_device(bias, x))
-    return kt_fail(c, "kiln.torch.%s: bias is on %s, x on %s", c->op,
-                   kt_device(d1, sizeof d1, bias), kt_device(d2, sizeof d2, x));
-  if (bias->dim != 1 || bias->sizes[0] != cols)
-    return kt_fail(c, "kiln.torch.%s: bias must be [%d]; got %s", c->op, cols, SHAPE(s, bias));
-  return 0;
+/* rows and cols of x, bias checked against cols; 0 when the checks pass */
+static int bias_args(kt_call *c, const kt_arg *x, const kt_arg *b, long long *rows, int *cols) {
+  return kt_rows_cols(c, x, rows, cols) || kt_bias(c, x, b, *cols);
 }
 
-static void bias_gelu(kt_ivalue *stack, uint64_t nargs, uint64_t nout) {
-  (void)nargs, (void)nout;
-  kt_call c;
-  kt_begin(&c, "bias_gelu", stack, 0x1, 0x2);
-  kt_arg *x = &c.arg[0], *b = &c.arg[1];
+/* x and the bias made contiguous, y (shape [dim]sizes, x's dtype) made;
+ * nonzero when nothing is to be launched (kt_skip) */
+static int bias_ready(kt_call *c, kt_arg *x, kt_arg *b, long long rows, const int64_t *sizes,
+                      void **y) {
+  return kt_contig(c, x) || kt_out(c, x->dim, sizes, x->dtype, x, y) || kt_skip(c, x, rows) ||
+         kt_contig(c, b);
+}
+
+static const void *bias_data(const kt_arg *b) {
+  return b->h ? b->data : NULL;
+}
+
+KT_OP(bias_gelu, 0x1, 0x2, 0)
+static void bias_gelu(kt_call *c) {
+  kt_arg *x = &c->arg[0], *b = &c->arg[1];
   long long rows;
   int cols;
   kiln_dtype dt;
   void *y;
-  kiln_loader *l;
-  struct CUstream_st *s;
-  if (kt_rows_cols(&c, x, &rows, &cols) || bias_check(&c, x, b, cols) ||
-      kt_dtype_code(&c, x, "x", &dt) || kt_contig(&c, x) ||
-      kt_out(&c, x->dim, x->sizes, x->dtype, x, &y) || rows == 0 || kt_contig(&c, b) ||
-      kt_target(&c, x, &l, &s))
-    goto out;
-  kt_status(&c, kiln_bias_gelu_fwd(l, dt, y, x->data, b->h ? b->data : NULL, rows, cols, s));
-out:
-  kt_end(&c);
+  if (bias_args(c, x, b, &rows, &cols) || kt_dtype_code(c, x, "x", &dt) ||
+      bias_ready(c, x, b, rows, x->sizes, &y))
+    return;
+  kt_status(c, kiln_bias_gelu_fwd(c->l, dt, y, x->data, bias_data(b), rows, cols, c->s));
 }
 
-static void bias_gelu_backward(kt_ivalue *stack, uint64_t nargs, uint64_t nout) {
-  (void)nargs, (void)nout;
-  kt_call c;
-  kt_begin(&c, "bias_gelu_backward", stack, 0x3, 0x4);
-  kt_arg *dy = &c.arg[0], *x = &c.arg[1], *b = &c.arg[2];
+KT_OP(bias_gelu_backward, 0x3, 0x4, 0)
+static void bias_gelu_backward(kt_call *c) {
+  kt_arg *dy = &c->arg[0], *x = &c->arg[1], *b = &c->arg[2];
   long long rows;
   int cols;
   kiln_dtype dt;
   void *dx;
-  kiln_loader *l;
-  struct CUstream_st *s;
-  if (kt_rows_cols(&c, x, &rows, &cols) || bias_check(&c, x, b, cols) ||
-      kt_match(&c, "x", x, "dy", dy) || kt_dtype_code(&c, x, "x", &dt) || kt_contig(&c, dy) ||
-      kt_contig(&c, x) || kt_out(&c, x->dim, x->sizes, x->dtype, x, &dx) || rows == 0 ||
-      kt_contig(&c, b) || kt_target(&c, x, &l, &s))
-    goto out;
-  kt_status(&c,
-            kiln_bias_gelu_bwd(l, dt, dx, dy->data, x->data, b->h ? b->data : NULL, rows, cols, s));
-out:
-  kt_end(&c);
+  if (bias_args(c, x, b, &rows, &cols) || kt_match(c, "x", x, "dy", dy) ||
+      kt_dtype_code(c, x, "x", &dt) || kt_contig(c, dy) || bias_ready(c, x, b, rows, x->sizes, &dx))
+    return;
+  kt_status(c, kiln_bias_gelu_bwd(c->l, dt, dx, dy->data, x->data, bias_data(b), rows, cols, c->s));
 }
 
-/* x [..., 2c] -> [..., c]: the even check of both swiglu ops */
-static int swiglu_cols(kt_call *c, const kt_arg *x, long long *rows, int *cols2) {
+/* x [..., 2c] -> [..., c] (half: the shape of y and dy): the even check of
+ * both swiglu ops, then the bias against 2c */
+static int swiglu_args(kt_call *c, const kt_arg *x, const kt_arg *b, long long *rows, int *cols2,
+                       int64_t *half) {
   if (kt_rows_cols(c, x, rows, cols2)) return -1;
-  if (x->dim > 16)
-    return kt_fail(c, "kiln.torch.%s: x has %lld dimensions; kiln takes at most 16", c->op,
-                   (long long)x->dim);
+  if (x->dim > KT_MAX_DIM)
+    return kt_fail(c, "kiln.torch.%s: x has %lld dimensions; kiln takes at most %d", c->op,
+                   (long long)x->dim, KT_MAX_DIM);
   if (*cols2 % 2)
     return kt_fail(c, "kiln.torch.%s: x's last dimension (%d) must be even: [a | b]", c->op,
                    *cols2);
-  return 0;
+  memcpy(half, x->sizes, sizeof(int64_t) * (size_t)x->dim);
+  half[x->dim - 1] = *cols2 / 2;
+  return kt_bias(c, x, b, *cols2);
 }
 
-static void bias_swiglu(kt_ivalue *stack, uint64_t nargs, uint64_t nout) {
-  (void)nargs, (void)nout;
-  kt_call c;
-  kt_begin(&c, "bias_swiglu", stack, 0x1, 0x2);
-  kt_arg *x = &c.arg[0], *b = &c.arg[1];
+KT_OP(bias_swiglu, 0x1, 0x2, 0)
+static void bias_swiglu(kt_call *c) {
+  kt_arg *x = &c->arg[0], *b = &c->arg[1];
   long long rows;
   int cols2;
   kiln_dtype dt;
   void *y;
-  kiln_loader *l;
-  struct CUstream_st *s;
-  int64_t half[16];
-  if (swiglu_cols(&c, x, &rows, &cols2) || bias_check(&c, x, b, cols2) ||
-      kt_dtype_code(&c, x, "x", &dt) || kt_contig(&c, x))
-    goto out;
-  memcpy(half, x->sizes, sizeof(int64_t) * (size_t)(x->dim < 16 ? x->dim : 16));
-  half[x->dim - 1] = cols2 / 2;
-  if (kt_out(&c, x->dim, half, x->dtype, x, &y) || rows == 0 || kt_contig(&c, b) ||
-      kt_target(&c, x, &l, &s))
-    goto out;
-  kt_status(&c, kiln_bias_swiglu_fwd(l, dt, y, x->data, b->h ? b->data : NULL, rows, cols2 / 2, s));
-out:
-  kt_end(&c);
+  int64_t half[KT_MAX_DIM];
+  if (swiglu_args(c, x, b, &rows, &cols2, half) || kt_dtype_code(c, x, "x", &dt) ||
+      bias_ready(c, x, b, rows, half, &y))
+    return;
+  kt_status(c, kiln_bias_swiglu_fwd(c->l, dt, y, x->data, bias_data(b), rows, cols2 / 2, c->s));
 }
 
-static void bias_swiglu_backward(kt_ivalue *stack, uint64_t nargs, uint64_t nout) {
-  (void)nargs, (void)nout;
-  kt_call c;
-  kt_begin(&c, "bias_swiglu_backward", stack, 0x3, 0x4);
-  kt_arg *dy = &c.arg[0], *x = &c.arg[1], *b = &c.arg[2];
+KT_OP(bias_swiglu_backward, 0x3, 0x4, 0)
+static void bias_swiglu_backward(kt_call *c) {
+  kt_arg *dy = &c->arg[0], *x = &c->arg[1], *b = &c->arg[2];
   long long rows;
   int cols2;
   kiln_dtype dt;
   void *dx;
-  kiln_loader *l;
-  struct CUstream_st *s;
-  int64_t half[16];
-  if (swiglu_cols(&c, x, &rows, &cols2) || bias_check(&c, x, b, cols2)) goto out;
-  memcpy(half, x->sizes, sizeof(int64_t) * (size_t)(x->dim < 16 ? x->dim : 16));
-  half[x->dim - 1] = cols2 / 2;
+  int64_t half[KT_MAX_DIM];
+  if (swiglu_args(c, x, b, &rows, &cols2, half)) return;
   int fits = dy->dim == x->dim && dy->dtype == x->dtype && kt_same_device(dy, x);
   for (int64_t i = 0; fits && i < dy->dim; i++)
     fits = dy->sizes[i] == half[i];
   if (!fits) {
     char d1[48], d2[48], s1[256], s2[256], s3[256], v1[48], v2[48];
-    kt_fail(&c,
-            "kiln.torch.bias_swiglu_backward: dy is %s %s on %s; want %s %s on %s (x %s halved)",
-            kt_dtype(d1, sizeof d1, dy), SHAPE(s1, dy), kt_device(v1, sizeof v1, dy),
+    kt_fail(c, "kiln.torch.bias_swiglu_backward: dy is %s %s on %s; want %s %s on %s (x %s halved)",
+            kt_dtype(d1, sizeof d1, dy), KT_SHAPE(s1, dy), kt_device(v1, sizeof v1, dy),
             kt_dtype(d2, sizeof d2, x), kt_shape(s2, sizeof s2, x->dim, half),
-            kt_device(v2, sizeof v2, x), SHAPE(s3, x));
-    goto out;
+            kt_device(v2, sizeof v2, x), KT_SHAPE(s3, x));
+    return;
   }
-  if (kt_dtype_code(&c, x, "x", &dt) || kt_contig(&c, dy) || kt_contig(&c, x) ||
-      kt_out(&c, x->dim, x->sizes, x->dtype, x, &dx) || rows == 0 || kt_contig(&c, b) ||
-      kt_target(&c, x, &l, &s))
-    goto out;
-  kt_status(&c, kiln_bias_swiglu_bwd(l, dt, dx, dy->data, x->data, b->h ? b->data : NULL, rows,
-                                     cols2 / 2, s));
-out:
-  kt_end(&c);
+  if (kt_dtype_code(c, x, "x", &dt) || kt_contig(c, dy) || bias_ready(c, x, b, rows, x->sizes, &dx))
+    return;
+  kt_status(c, kiln_bias_swiglu_bwd(c->l, dt, dx, dy->data, x->data, bias_data(b), rows, cols2 / 2,
+                                    c->s));
+}
+
+/* ops.py _dropout_args: p (slot) and training (slot + 1) */
+static int dropout_args(kt_call *c, int slot, float *p, int *training) {
+  double v = kt_double(c, slot);
+  char s[64];
+  *training = kt_bool_arg(c, slot + 1);
+  *p = (float)v;
+  /* eval is the identity for any p, 1 included; training with p = 1 would
+   * scale by 1 / (1 - p) */
+  if (*training && !(v >= 0.0 && v < 1.0))
+    return kt_fail(c, "kiln.torch.%s: p = %s; want 0 <= p < 1 when training", c->op,
+                   kt_pyfloat(s, sizeof s, v));
+  if (!*training && !(v >= 0.0 && v <= 1.0))
+    return kt_fail(c, "kiln.torch.%s: p = %s; want 0 <= p <= 1", c->op, kt_pyfloat(s, sizeof s, v));
+  return 0;
+}
+
+/* ops.py _seed_offset: so is int64 [2] of non-negative values, read on the
+ * host (a copy where it is on a GPU) */
+static int seed_offset(kt_call *c, kt_arg *so, uint64_t *seed, uint64_t *offset) {
+  char d[48], s[256];
+  if (so->dtype != kt_i64 || so->dim != 1 || so->sizes[0] != 2)
+    return kt_fail(c, "kiln.torch.%s: seed_offset is %s %s; want int64 [2]", c->op,
+                   kt_dtype(d, sizeof d, so), KT_SHAPE(s, so));
+  if (kt_on_host(c, so)) return -1;
+  int64_t v[2];
+  memcpy(v, so->data, sizeof v);
+  if (v[0] < 0 || v[1] < 0) /* they reach C as uint64: never wrapped */
+    return kt_fail(c, "kiln.torch.%s: seed_offset (%lld, %lld) must not be negative", c->op,
+                   (long long)v[0], (long long)v[1]);
+  *seed = (uint64_t)v[0];
+  *offset = (uint64_t)v[1];
+  return 0;
+}
+
+KT_OP(bias_dropout_add, 0x25, 0x2, 0)
+static void bias_dropout_add(kt_call *c) {
+  kt_arg *x = &c->arg[0], *b = &c->arg[1], *r = &c->arg[2], *so = &c->arg[5];
+  long long rows;
+  int cols, training;
+  float p;
+  uint64_t seed, offset;
+  kiln_dtype dt;
+  void *y;
+  char s1[256], s2[256];
+  if (dropout_args(c, 3, &p, &training) || bias_args(c, x, b, &rows, &cols) ||
+      kt_same_dtype(c, "residual", r, x))
+    return;
+  if (!kt_same_shape(r, x)) {
+    kt_fail(c, "kiln.torch.bias_dropout_add: residual %s != x %s", KT_SHAPE(s1, r),
+            KT_SHAPE(s2, x));
+    return;
+  }
+  if (seed_offset(c, so, &seed, &offset) || kt_dtype_code(c, x, "x", &dt) || kt_contig(c, r) ||
+      bias_ready(c, x, b, rows, x->sizes, &y))
+    return;
+  kt_status(c, kiln_bias_dropout_add_fwd(c->l, dt, y, x->data, bias_data(b), r->data, rows, cols, p,
+                                         seed, offset, training, c->s));
+}
+
+KT_OP(bias_dropout_add_backward, 0x9, 0, 0)
+static void bias_dropout_add_backward(kt_call *c) {
+  kt_arg *dy = &c->arg[0], *so = &c->arg[3];
+  long long rows;
+  int cols, training;
+  float p;
+  uint64_t seed, offset;
+  kiln_dtype dt;
+  void *dx;
+  if (dropout_args(c, 1, &p, &training) || kt_rows_cols(c, dy, &rows, &cols) ||
+      seed_offset(c, so, &seed, &offset) || kt_dtype_code(c, dy, "dy", &dt) || kt_contig(c, dy) ||
+      kt_out_like(c, dy, &dx) || kt_skip(c, dy, rows))
+    return;
+  kt_status(c, kiln_bias_dropout_add_bwd(c->l, dt, dx, dy->data, rows, cols, p, seed, offset,
+                                         training, c->s));
 }
 
 const kt_kernel kt_act_kernels[] = {
-    {"bias_gelu", bias_gelu, 1},
-    {"bias_gelu_backward", bias_gelu_backward, 1},
-    {"bias_swiglu", bias_swiglu, 1},
-    {"bias_swiglu_backward", bias_swiglu_backward, 1},
-    {NULL, NULL, 0},
+    KT_KERNEL(bias_gelu),
+    KT_KERNEL(bias_gelu_backward),
+    KT_KERNEL(bias_swiglu),
+    KT_KERNEL(bias_swiglu_backward),
+    KT_KERNEL(bias_dropout_add),
+    KT_KERNEL(bias_dropout_add_backward),
+    {NULL, NULL},
 };

@@ -22,18 +22,6 @@ typedef struct kt_sym {
   { name, (void **)&kt_torch.field, req }
 
 static const kt_sym kt_cpu_syms[] = {
-    KT_SYM(dtype_float32, "aoti_torch_dtype_float32", 1),
-    KT_SYM(dtype_float16, "aoti_torch_dtype_float16", 1),
-    KT_SYM(dtype_bfloat16, "aoti_torch_dtype_bfloat16", 1),
-    KT_SYM(dtype_float64, "aoti_torch_dtype_float64", 1),
-    KT_SYM(dtype_int64, "aoti_torch_dtype_int64", 1),
-    KT_SYM(dtype_int32, "aoti_torch_dtype_int32", 1),
-    KT_SYM(dtype_int16, "aoti_torch_dtype_int16", 1),
-    KT_SYM(dtype_int8, "aoti_torch_dtype_int8", 1),
-    KT_SYM(dtype_uint8, "aoti_torch_dtype_uint8", 1),
-    KT_SYM(dtype_bool, "aoti_torch_dtype_bool", 1),
-    KT_SYM(device_type_cpu, "aoti_torch_device_type_cpu", 1),
-    KT_SYM(device_type_cuda, "aoti_torch_device_type_cuda", 1),
     KT_SYM(delete_tensor_object, "aoti_torch_delete_tensor_object", 1),
     KT_SYM(get_data_ptr, "aoti_torch_get_data_ptr", 1),
     KT_SYM(get_dim, "aoti_torch_get_dim", 1),
@@ -50,7 +38,44 @@ static const kt_sym kt_cpu_syms[] = {
     KT_SYM(delete_library_object, "aoti_torch_delete_library_object", 1),
     KT_SYM(check, "aoti_torch_check", 1),
     KT_SYM(delete_stable_ivalue, "torch_delete_stable_ivalue", 0),
+    KT_SYM(string_length, "torch_string_length", 0),
+    KT_SYM(string_c_str, "torch_string_c_str", 0),
+    KT_SYM(delete_string, "torch_delete_string", 0),
 };
+
+/* The dtype and device codes: each read once from its getter; name is what
+ * kt_dtype_name prints (NULL: a device type). */
+static const struct kt_code {
+  const char *sym;
+  int32_t *code;
+  const char *name;
+} kt_codes[] = {
+    {"aoti_torch_dtype_float32", &kt_f32, "float32"},
+    {"aoti_torch_dtype_float16", &kt_f16, "float16"},
+    {"aoti_torch_dtype_bfloat16", &kt_bf16, "bfloat16"},
+    {"aoti_torch_dtype_float64", &kt_f64, "float64"},
+    {"aoti_torch_dtype_int64", &kt_i64, "int64"},
+    {"aoti_torch_dtype_int32", &kt_i32, "int32"},
+    {"aoti_torch_dtype_int16", &kt_i16, "int16"},
+    {"aoti_torch_dtype_int8", &kt_i8, "int8"},
+    {"aoti_torch_dtype_uint8", &kt_u8, "uint8"},
+    {"aoti_torch_dtype_bool", &kt_bool, "bool"},
+    {"aoti_torch_device_type_cpu", &kt_cpu, NULL},
+    {"aoti_torch_device_type_cuda", &kt_cuda, NULL},
+};
+#define KT_N_CODES (sizeof kt_codes / sizeof kt_codes[0])
+
+static int kt_read_codes(void *lib, char *missing, size_t n) {
+  for (size_t i = 0; i < KT_N_CODES; i++) {
+    int32_t (*get)(void) = (int32_t(*)(void))dlsym(lib, kt_codes[i].sym);
+    if (!get) {
+      snprintf(missing, n, "%s", kt_codes[i].sym);
+      return -1;
+    }
+    *kt_codes[i].code = get();
+  }
+  return 0;
+}
 
 static int kt_fill(void *lib, const kt_sym *syms, size_t count, char *missing, size_t n) {
   for (size_t i = 0; i < count; i++) {
@@ -72,7 +97,8 @@ int kt_shim_load(const char *cpu_lib, const char *cuda_lib, char *missing, size_
     snprintf(missing, n, "%s (not loaded)", cpu_lib ? cpu_lib : "libtorch_cpu.so");
     return -1;
   }
-  if (kt_fill(cpu, kt_cpu_syms, sizeof kt_cpu_syms / sizeof kt_cpu_syms[0], missing, n) != 0) {
+  if (kt_read_codes(cpu, missing, n) != 0 ||
+      kt_fill(cpu, kt_cpu_syms, sizeof kt_cpu_syms / sizeof kt_cpu_syms[0], missing, n) != 0) {
     memset(&kt_torch, 0, sizeof kt_torch);
     return -1;
   }
@@ -81,31 +107,13 @@ int kt_shim_load(const char *cpu_lib, const char *cuda_lib, char *missing, size_
     kt_torch.get_current_cuda_stream =
         (kt_aoti_error(*)(int32_t, void **))dlsym(cuda, "aoti_torch_get_current_cuda_stream");
   }
-  kt_f32 = kt_torch.dtype_float32();
-  kt_f16 = kt_torch.dtype_float16();
-  kt_bf16 = kt_torch.dtype_bfloat16();
-  kt_f64 = kt_torch.dtype_float64();
-  kt_i64 = kt_torch.dtype_int64();
-  kt_i32 = kt_torch.dtype_int32();
-  kt_i16 = kt_torch.dtype_int16();
-  kt_i8 = kt_torch.dtype_int8();
-  kt_u8 = kt_torch.dtype_uint8();
-  kt_bool = kt_torch.dtype_bool();
-  kt_cpu = kt_torch.device_type_cpu();
-  kt_cuda = kt_torch.device_type_cuda();
   return 0;
 }
 
 const char *kt_dtype_name(int32_t dtype, char *buf, size_t n) {
-  const struct {
-    int32_t code;
-    const char *name;
-  } names[] = {{kt_f32, "float32"}, {kt_f16, "float16"}, {kt_bf16, "bfloat16"}, {kt_f64, "float64"},
-               {kt_i64, "int64"},   {kt_i32, "int32"},   {kt_i16, "int16"},     {kt_i8, "int8"},
-               {kt_u8, "uint8"},    {kt_bool, "bool"}};
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-    if (names[i].code == dtype) {
-      snprintf(buf, n, "torch.%s", names[i].name);
+  for (size_t i = 0; i < KT_N_CODES; i++) {
+    if (kt_codes[i].name && *kt_codes[i].code == dtype) {
+      snprintf(buf, n, "torch.%s", kt_codes[i].name);
       return buf;
     }
   }

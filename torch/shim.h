@@ -19,25 +19,13 @@ typedef int32_t kt_aoti_error;                      /* AOTITorchError: 0 = succe
 typedef struct kt_aten_tensor *kt_tensor_handle;    /* AtenTensorHandle */
 typedef struct kt_torch_library *kt_library_handle; /* TorchLibraryHandle */
 typedef uint64_t kt_ivalue;                         /* StableIValue */
+typedef struct kt_torch_string *kt_string_handle;   /* StringHandle */
 /* A boxed kernel: stack[0, num_args) holds the arguments (tensors as new
  * handles the kernel owns); the kernel writes its outputs to
  * stack[0, num_outputs) (new handles whose ownership passes to torch). */
 typedef void (*kt_boxed_fn)(kt_ivalue *stack, uint64_t num_args, uint64_t num_outputs);
 
 typedef struct kt_shim {
-  /* dtype and device codes (functions in torch, constants in practice) */
-  int32_t (*dtype_float32)(void);
-  int32_t (*dtype_float16)(void);
-  int32_t (*dtype_bfloat16)(void);
-  int32_t (*dtype_float64)(void);
-  int32_t (*dtype_int64)(void);
-  int32_t (*dtype_int32)(void);
-  int32_t (*dtype_int16)(void);
-  int32_t (*dtype_int8)(void);
-  int32_t (*dtype_uint8)(void);
-  int32_t (*dtype_bool)(void);
-  int32_t (*device_type_cpu)(void);
-  int32_t (*device_type_cuda)(void);
   /* tensors */
   kt_aoti_error (*delete_tensor_object)(kt_tensor_handle t);
   kt_aoti_error (*get_data_ptr)(kt_tensor_handle t, void **ret);
@@ -62,13 +50,19 @@ typedef struct kt_shim {
   /* optional: the boxed T? argument's heap StableIValue (torch >= 2.13);
    * without it the ops taking an optional tensor stay on the Python path */
   kt_aoti_error (*delete_stable_ivalue)(kt_ivalue *v);
+  /* optional: str arguments arrive as an owning StringHandle (torch >= 2.10);
+   * without these the ops taking a str stay on the Python path */
+  kt_aoti_error (*string_length)(kt_string_handle s, size_t *ret);
+  kt_aoti_error (*string_c_str)(kt_string_handle s, const char **ret);
+  kt_aoti_error (*delete_string)(kt_string_handle s);
   /* optional: libtorch_cuda's (a CPU-only torch has none) */
   kt_aoti_error (*get_current_cuda_stream)(int32_t device_index, void **ret);
 } kt_shim;
 
 /* The table, filled by kt_shim_load; read-only afterwards. */
 extern kt_shim kt_torch;
-/* dtype and device codes read once at load */
+/* dtype and device codes, read once at load from torch's getters
+ * (aoti_torch_dtype_float32() ...: functions in torch, constants in practice) */
 extern int32_t kt_f32, kt_f16, kt_bf16, kt_u8, kt_bool, kt_i64, kt_cpu, kt_cuda;
 
 /* Fills kt_torch from the already loaded libtorch_cpu.so and libtorch_cuda.so

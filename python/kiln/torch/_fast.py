@@ -32,6 +32,16 @@ _reason = ""
 _ops: frozenset[str] = frozenset()
 _enabled = True  # tests switch paths in one process (set_enabled)
 
+# Ops that have no C kernel in libkiln_torch, and why (info()'s "why_python").
+_NO_KERNEL = {
+    "philox_seed_offset": (
+        "draws dropout's (seed, offset) from torch's generator: torch's stable C shim has no call "
+        "that reads or advances a generator's Philox state (torch 2.13 to 2.15 give only "
+        "torch_new_generator_handle, torch_delete_generator and torch_generator_get_device), so "
+        "the draw stays in Python; bias_dropout_add's kernels themselves are C"
+    ),
+}
+
 
 def _find() -> str | None:
     """libkiln_torch: KILN_TORCH_LIBRARY, else beside the libkiln in use."""
@@ -71,6 +81,8 @@ def _load() -> None:
     lt.kiln_torch_loader_peek.argtypes = [c_int]
     lt.kiln_torch_close_loaders.restype = None
     lt.kiln_torch_close_loaders.argtypes = []
+    lt.kiln_torch_op_missing.restype = c_int
+    lt.kiln_torch_op_missing.argtypes = [c_char_p, c_char_p, c_size_t]
     lt.kiln_torch_take_error.restype = c_int
     lt.kiln_torch_take_error.argtypes = [POINTER(c_int), c_char_p, c_size_t]
     tlib = os.path.join(os.path.dirname(torch.__file__), "lib")
@@ -173,20 +185,37 @@ def kiln_error(e: RuntimeError) -> BaseException:
     return error_for(st.value, text, _lib.status_name(st.value))
 
 
+def _why_python(name: str, reason: str) -> str:
+    """Why op name runs its Python impl."""
+    if not active():
+        return reason
+    if name in _NO_KERNEL:
+        return _NO_KERNEL[name]
+    assert _lib_torch is not None
+    missing = ctypes.create_string_buffer(256)
+    rc = _lib_torch.kiln_torch_op_missing(name.encode(), missing, len(missing))
+    if rc < 0:
+        return "no C kernel in libkiln_torch"
+    return f"torch {torch.__version__} lacks {missing.value.decode()}, which its arguments need"
+
+
 def info() -> dict[str, object]:
     """Which path kiln.torch's ops take: {"fast": bool, "reason": str,
-    "torch": version, "c_ops": [...], "python_ops": [...]}."""
+    "torch": version, "c_ops": [...], "python_ops": [...], "why_python":
+    {op: why it runs its Python impl}}."""
     from kiln.torch import ops as _o
 
     names = sorted(op.name for op in _o._OPS)
     c = sorted(n for n in names if n in ops())
     reason = _reason if _enabled or not available() else "switched off (kiln.torch._fast.set_enabled)"
+    py = [n for n in names if n not in c]
     return {
         "fast": active() and bool(c),
         "reason": reason,
         "torch": torch.__version__,
         "c_ops": c,
-        "python_ops": [n for n in names if n not in c],
+        "python_ops": py,
+        "why_python": {n: _why_python(n, reason) for n in py},
     }
 
 
