@@ -80,9 +80,40 @@ def _cases():
         b = _g(8) if bias else None
         return grads(kt.bias_swiglu(x, b), x, b)
 
+    def embedding(dtype, start, t):
+        ids = torch.randint(0, 12, (3, 4))
+        w = _g(8, 5, dtype=dtype)
+        # rows [start, start + 8) of a vocabulary of 12: the others' ids give zero rows
+        return grads(kt.embedding(ids.t() if t else ids, w, vocab_start=start, vocab_size=12), w)
+
+    def rope(dtype, layout, interleaved, t):
+        x = _g(3, 2, 4, 2, dtype=dtype).transpose(0, 2) if t else _g(2, 3, 2, 4, dtype=dtype)
+        s = x.shape[0] if layout == "sbhd" else x.shape[1]
+        return grads(kt.rope(x, torch.rand(s, 1) * 6, layout, interleaved), x)
+
+    def cross_entropy(dtype, reduction, t):
+        logits = _g(7, 4, dtype=dtype).t() if t else _g(4, 7, dtype=dtype)
+        target = torch.tensor([1, -100, 6, 0])
+        return grads(kt.cross_entropy(logits, target, reduction=reduction), logits)
+
+    def ce_stats():
+        logits = _g(3, 5, dtype=bf16, grad=False)
+        return list(kops._cross_entropy_stats(logits, torch.tensor([5, 9, -1]), 5, 10, -1, False))
+
+    def dropout(dtype, bias, p, training):
+        x, r = _g(3, 6, dtype=dtype), _g(3, 6, dtype=dtype)
+        b = _g(6, dtype=dtype) if bias else None
+        return grads(kt.bias_dropout_add(x, b, r, p, training), x, b, r)
+
     def empty():
         x, w, b = _g(0, 6), _g(6), _g(6)
         out = [kt.scaled_softmax(_g(0, 5), 1.0), kt.scaled_masked_softmax(_g(0, 2, 3, 5), torch.zeros(1, 1, 3, 5, dtype=torch.bool))]
+        ew, lg, dx, dr = _g(4, 3), _g(0, 5), _g(0, 6), _g(0, 6)
+        rx = _g(0, 2, 2, 4)
+        out += grads(kt.embedding(torch.zeros(0, 2, dtype=torch.int64), ew), ew)
+        out += grads(kt.cross_entropy(lg, torch.zeros(0, dtype=torch.int64), reduction="sum"), lg)
+        out += grads(kt.rope(rx, torch.zeros(0, 2)), rx)
+        out += grads(kt.bias_dropout_add(dx, None, dr, 0.5), dx, dr)
         return out + grads(kt.layer_norm(x, w, b), x, w, b) + grads(kt.rms_norm(x, w), x, w)
 
     def no_grad():
@@ -103,6 +134,16 @@ def _cases():
         ("gelu_no_bias", lambda: gelu(False)),
         ("swiglu_bias", lambda: swiglu(True)),
         ("swiglu_no_bias", lambda: swiglu(False)),
+        ("embedding_f32", lambda: embedding(torch.float32, 0, False)),
+        ("embedding_bf16_partition_transposed", lambda: embedding(bf16, 4, True)),
+        ("rope_sbhd_half", lambda: rope(torch.float32, "sbhd", False, False)),
+        ("rope_bshd_interleaved_f16_transposed", lambda: rope(f16, "bshd", True, True)),
+        ("cross_entropy_mean_f32", lambda: cross_entropy(torch.float32, "mean", False)),
+        ("cross_entropy_none_bf16_transposed", lambda: cross_entropy(bf16, "none", True)),
+        ("cross_entropy_stats_partition", ce_stats),
+        ("dropout_train_bias_f16", lambda: dropout(f16, True, 0.4, True)),
+        ("dropout_train_no_bias", lambda: dropout(torch.float32, False, 0.25, True)),
+        ("dropout_eval_p1", lambda: dropout(bf16, True, 1.0, False)),
         ("empty_batches", empty),
         ("no_grad", no_grad),
     ]
@@ -132,7 +173,7 @@ def test_fast_path_never_enters_the_python_impl():
     """The fast path is the one in use: no op with a C kernel runs its Python
     impl (counted through sys.setprofile); the same calls on the fallback do."""
     impls = {op._init_fn.__code__: op.name for op in kops._OPS if op.name in _fast.ops()}
-    assert len(impls) >= 14, sorted(_fast.ops())
+    assert len(impls) >= 23, sorted(_fast.ops())
 
     def entered(fast: bool) -> set[str]:
         seen: set[str] = set()
@@ -193,6 +234,71 @@ def _bad_calls():
         lambda: kops._bias_gelu_backward(torch.randn(3, 16), x, None),
         lambda: kops._bias_swiglu_backward(torch.randn(4, 16), x, None),
         lambda: kops._bias_swiglu_backward(torch.randn(4, 8).half(), x, None),
+        *_bad_new_calls(),
+    ]
+
+
+def _bad_new_calls():
+    """Bad input to the kernels of embedding, rope, cross_entropy and
+    bias_dropout_add: shapes, dtypes, out-of-range token ids and targets,
+    dropout's p and seed_offset."""
+    w, ids = torch.randn(10, 4), torch.tensor([[1, 2], [3, 4]])
+    lg, tg = torch.randn(3, 5), torch.tensor([0, 4, -100])
+    x, r = torch.randn(3, 8), torch.randn(3, 8)
+    so = torch.tensor([7, 4])
+    xr, ang = torch.randn(2, 1, 2, 8), torch.zeros(2, 3)
+    return [
+        lambda: kt.embedding(ids, torch.randn(10)),
+        lambda: kt.embedding(ids, torch.randn(10, 0)),
+        lambda: kt.embedding(ids.int(), w),
+        lambda: kt.embedding(ids, w.to(torch.int64)),
+        lambda: kt.embedding(torch.tensor([3, 10, 1]), w, sync_check=True),  # out of [0, 10)
+        lambda: kt.embedding(torch.tensor([-1]), w, vocab_start=0, vocab_size=10, sync_check=True),
+        lambda: kt.embedding(torch.tensor([25]), w, vocab_start=10, vocab_size=20, sync_check=True),
+        lambda: kops._embedding_backward(torch.randn(2, 3, 4), ids, 10, 0, True),
+        lambda: kops._embedding_backward(torch.randn(2, 2, 0), ids, 10, 0, True),
+        lambda: kops._embedding_backward(torch.randn(2, 2, 4), ids.int(), 10, 0, True),
+        lambda: kops._embedding_backward(torch.randn(2, 2, 4), ids, 0, 0, True),
+        lambda: kops._embedding_backward(torch.randn(2, 2, 4), ids, 10, -3, False),
+        lambda: kops._embedding_backward(torch.randn(2, 2, 4).double(), ids, 10, 0, False),
+        lambda: kt.rope(xr, ang, layout="hbsd"),
+        lambda: kt.rope(torch.randn(2, 2, 8), ang),
+        lambda: kt.rope(xr, ang.double()),
+        lambda: kt.rope(xr, torch.zeros(3, 3)),
+        lambda: kt.rope(xr, torch.zeros(2, 5)),
+        lambda: kt.rope(xr, torch.zeros(2, 0)),
+        lambda: kt.rope(xr.to(torch.int32), ang),
+        lambda: kops._rope_backward(xr.double(), ang, "sbhd", False),
+        lambda: kops._rope_backward(xr, ang, "bshd", True),
+        lambda: kt.cross_entropy(torch.randn(3, 4, 5), tg),
+        lambda: kt.cross_entropy(lg, torch.tensor([0, 1])),
+        lambda: kt.cross_entropy(torch.randn(3, 0), tg),
+        lambda: kt.cross_entropy(lg.to(torch.int64), tg),
+        lambda: kt.cross_entropy(lg, tg.int()),
+        lambda: kt.cross_entropy(lg, torch.tensor([0, 5, 1]), sync_check=True),  # out of [0, 5)
+        lambda: kops._cross_entropy_backward(lg, torch.zeros(3).half(), torch.ones(3), tg, 0, -100),
+        lambda: kops._cross_entropy_backward(lg, torch.zeros(3), torch.ones(2), tg, 0, -100),
+        lambda: kops._cross_entropy_backward(lg, torch.zeros(3), torch.ones(3), tg, -1, -100),
+        lambda: kops._cross_entropy_stats(lg, tg.int(), 0, 5, -100, False),
+        lambda: kops._cross_entropy_stats(lg, torch.tensor([0, 12, 1]), 5, 10, -100, True),
+        lambda: kt.bias_dropout_add(x, None, r, 1.0),
+        lambda: kt.bias_dropout_add(x, None, r, -1e-05),
+        lambda: kt.bias_dropout_add(x, None, r, float("nan")),
+        lambda: kt.bias_dropout_add(x, None, r, 100.0, training=False),
+        lambda: kt.bias_dropout_add(x, None, r, 1.25, training=False),
+        lambda: kt.bias_dropout_add(x, torch.ones(4), r, 0.1),
+        lambda: kt.bias_dropout_add(x, torch.ones(8).half(), r, 0.1),
+        lambda: kt.bias_dropout_add(x, None, r.half(), 0.1),
+        lambda: kt.bias_dropout_add(x, None, r[:2], 0.1),
+        lambda: kt.bias_dropout_add(x.to(torch.int32), None, r.to(torch.int32), 0.1),
+        lambda: kt.bias_dropout_add(torch.randn(3, 0), None, torch.randn(3, 0), 0.1),
+        lambda: kops._bias_dropout_add(x, None, r, 0.1, True, torch.tensor([1, 2, 3])),
+        lambda: kops._bias_dropout_add(x, None, r, 0.1, True, so.int()),
+        lambda: kops._bias_dropout_add(x, None, r, 0.1, True, torch.tensor([-5, 4])),
+        lambda: kops._bias_dropout_add_backward(torch.randn(3, 8), 1.5, True, so),
+        lambda: kops._bias_dropout_add_backward(torch.tensor(1.0), 0.1, True, so),
+        lambda: kops._bias_dropout_add_backward(torch.randn(3, 8).double(), 0.1, True, so),
+        lambda: kops._bias_dropout_add_backward(torch.randn(3, 8), 0.1, True, torch.tensor([3, -4])),
     ]
 
 
@@ -259,6 +365,7 @@ def _opcheck_cases():
     x, w, b = torch.randn(3, 6), torch.ones(6), torch.zeros(6)
     mean, rstd = torch.zeros(3), torch.ones(3)
     y = torch.softmax(torch.randn(3, 5), -1)
+    ids, tg, so = torch.tensor([[0, 2], [1, 1]]), torch.tensor([5, -100, 0]), torch.tensor([11, 8])
     return [
         (torch.ops.kiln.scaled_softmax.default, (torch.randn(3, 5), 0.5)),
         (torch.ops.kiln.scaled_softmax_backward.default, (torch.randn(3, 5), y, 0.5)),
@@ -274,6 +381,15 @@ def _opcheck_cases():
         (torch.ops.kiln.bias_gelu_backward.default, (torch.randn(3, 6), x, None)),
         (torch.ops.kiln.bias_swiglu.default, (x, None)),
         (torch.ops.kiln.bias_swiglu_backward.default, (torch.randn(3, 3), x, b)),
+        (torch.ops.kiln.embedding.default, (ids, x, 0, 3, False)),
+        (torch.ops.kiln.embedding_backward.default, (torch.randn(2, 2, 6), ids, 3, 0, True)),
+        (torch.ops.kiln.rope.default, (torch.randn(3, 1, 2, 4), torch.rand(3, 1), "sbhd", False)),
+        (torch.ops.kiln.rope_backward.default, (torch.randn(1, 3, 2, 4), torch.rand(3, 2), "bshd", True)),
+        (torch.ops.kiln.cross_entropy.default, (x, tg, -100, False)),
+        (torch.ops.kiln.cross_entropy_backward.default, (x, torch.full((3,), 2.0), torch.ones(3), tg, 0, -100)),
+        (torch.ops.kiln.cross_entropy_stats.default, (x, tg, 0, 6, -100, False)),
+        (torch.ops.kiln.bias_dropout_add.default, (x, b, torch.randn(3, 6), 0.3, True, so)),
+        (torch.ops.kiln.bias_dropout_add_backward.default, (torch.randn(3, 6), 0.3, True, so)),
     ]
 
 
@@ -288,6 +404,7 @@ def test_gradcheck_every_differentiable_fast_op_fp32():
     torch.manual_seed(3)
     m = torch.rand(1, 1, 2, 3) < 0.3
     w, b = _g(4, grad=True), _g(4, grad=True)
+    so, angles = torch.tensor([3, 4]), torch.rand(2, 1) * 3
     checks = [
         (lambda x: kt.scaled_softmax(x, 0.7), (_g(2, 3),)),
         (lambda x: kt.scaled_masked_softmax(x, m, 0.7), (_g(1, 1, 2, 3),)),
@@ -296,6 +413,10 @@ def test_gradcheck_every_differentiable_fast_op_fp32():
         (lambda x, w: kt.rms_norm(x, w), (_g(2, 4), w)),
         (lambda x, b: kt.bias_gelu(x, b), (_g(2, 4), b)),
         (lambda x, b: kt.bias_swiglu(x, b), (_g(2, 4), _g(4))),
+        (lambda w: kt.embedding(torch.tensor([[0, 2], [2, 1]]), w), (_g(3, 4),)),
+        (lambda x: kt.rope(x, angles, "bshd", True), (_g(1, 2, 1, 4),)),
+        (lambda t: kt.cross_entropy(t, torch.tensor([1, -100, 3])), (_g(3, 4),)),
+        (lambda x, b, r: kops._bias_dropout_add(x, b, r, 0.5, True, so), (_g(2, 4), _g(4), _g(2, 4))),
     ]
     for fn, inputs in checks:
         assert torch.autograd.gradcheck(fn, inputs, eps=1e-2, atol=2e-2, rtol=2e-2, fast_mode=True)
@@ -304,11 +425,15 @@ def test_gradcheck_every_differentiable_fast_op_fp32():
 def test_info_says_which_path_and_why():
     info = kt.info()
     assert info["fast"] and "ops have C kernels" in info["reason"]
-    assert "scaled_softmax" in info["c_ops"] and "embedding" in info["python_ops"]
+    assert "scaled_softmax" in info["c_ops"] and "rope" in info["c_ops"] and "bias_dropout_add" in info["c_ops"]
+    # the one op without a C kernel, and why: the shim cannot read a generator's Philox state
+    assert info["python_ops"] == ["philox_seed_offset"]
+    assert "torch_generator_get_device" in info["why_python"]["philox_seed_offset"]
     _fast.set_enabled(False)
     try:
         info = kt.info()
         assert not info["fast"] and info["c_ops"] == [] and "switched off" in info["reason"]
+        assert info["why_python"]["rope"] == info["reason"]
     finally:
         _fast.set_enabled(True)
 

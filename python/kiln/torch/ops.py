@@ -78,6 +78,7 @@ class _Op:
         self._autograd = None  # (backward, setup_context)
         self._function = None  # the autograd.Function of the fast path
         self._fn = None  # _function while this op is on the fast path
+        self._c = False  # this op runs its C kernel (the fast path)
         self._tensors = tuple(
             i for i, a in enumerate(self._op._schema.arguments) if a.type.isSubtypeOf(torch._C.OptionalType.ofTensor())
         )
@@ -86,7 +87,12 @@ class _Op:
     def __call__(self, *args):  # type: ignore[no-untyped-def]
         fn = self._fn
         if fn is None:
-            return self._op(*args)
+            if not self._c:
+                return self._op(*args)
+            try:  # a C kernel with no autograd formula (cross_entropy_stats)
+                return self._op(*args)
+            except RuntimeError as e:
+                raise _fast.kiln_error(e) from None
         if _grad_enabled():
             for i in self._tensors:
                 a = args[i]
@@ -158,6 +164,7 @@ def _register() -> None:
             # forward too); gradients come from the Function
             py.impl(op.name, torch.library.fallthrough_kernel, "Autograd")
         op._fn = op.function() if c else None
+        op._c = c
     _impls["py"] = py
     _impls["c_cuda"] = _fast.register("CUDA", c_cuda)
     _impls["c_cpu"] = _fast.register("CPU", c_cpu)
