@@ -123,6 +123,15 @@ int kt_same_device(const kt_arg *a, const kt_arg *b);
 int kt_same_shape(const kt_arg *a, const kt_arg *b);
 int64_t kt_numel(const kt_arg *a);
 
+/* what a row-wise op's body works out before its launch: x's rows and
+ * columns, its kiln dtype, the output */
+typedef struct kt_rows {
+  long long rows;
+  int cols;
+  kiln_dtype dt;
+  void *out;
+} kt_rows;
+
 /* ops.py _rows_cols: x's last dimension is the row (kt_fail "x of shape ...
  * has no last dimension to use") */
 int kt_rows_cols(kt_call *c, const kt_arg *x, long long *rows, int *cols);

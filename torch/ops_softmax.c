@@ -7,33 +7,27 @@
 KT_OP(scaled_softmax, 0x1, 0, 0)
 static void scaled_softmax(kt_call *c) {
   kt_arg *x = &c->arg[0];
-  long long rows;
-  int cols;
-  kiln_dtype dt;
-  void *y;
-  if (kt_rows_cols(c, x, &rows, &cols) || kt_dtype_code(c, x, "x", &dt) || kt_contig(c, x) ||
-      kt_out_like(c, x, &y) || kt_skip(c, x, rows))
+  kt_rows r;
+  if (kt_rows_cols(c, x, &r.rows, &r.cols) || kt_dtype_code(c, x, "x", &r.dt) || kt_contig(c, x) ||
+      kt_out_like(c, x, &r.out) || kt_skip(c, x, r.rows))
     return;
-  kt_status(
-      c, kiln_scaled_softmax_fwd(c->l, dt, y, x->data, rows, cols, (float)kt_double(c, 1), c->s));
+  kt_status(c, kiln_scaled_softmax_fwd(c->l, r.dt, r.out, x->data, r.rows, r.cols,
+                                       (float)kt_double(c, 1), c->s));
 }
 
-/* dy and y of every softmax backward: y [... or a fixed rank], dy matching;
- * both contiguous; dx; 0 when there is something to launch */
-static int softmax_grads(kt_call *c, kt_arg *dy, kt_arg *y, kiln_dtype *dt, void **dx) {
-  return kt_match(c, "y", y, "dy", dy) || kt_dtype_code(c, y, "y", dt) || kt_contig(c, dy) ||
-         kt_contig(c, y) || kt_out_like(c, y, dx) || kt_skip(c, y, kt_numel(y));
+/* dy and y of every softmax backward: dy matching y, both contiguous, dx
+ * made in r->out; nonzero when nothing is to be launched (kt_skip) */
+static int softmax_grads(kt_call *c, kt_arg *dy, kt_arg *y, kt_rows *r) {
+  return kt_match(c, "y", y, "dy", dy) || kt_dtype_code(c, y, "y", &r->dt) || kt_contig(c, dy) ||
+         kt_contig(c, y) || kt_out_like(c, y, &r->out) || kt_skip(c, y, kt_numel(y));
 }
 
 KT_OP(scaled_softmax_backward, 0x3, 0, 0)
 static void scaled_softmax_backward(kt_call *c) {
   kt_arg *dy = &c->arg[0], *y = &c->arg[1];
-  long long rows;
-  int cols;
-  kiln_dtype dt;
-  void *dx;
-  if (kt_rows_cols(c, y, &rows, &cols) || softmax_grads(c, dy, y, &dt, &dx)) return;
-  kt_status(c, kiln_scaled_softmax_bwd(c->l, dt, dx, y->data, dy->data, rows, cols,
+  kt_rows r;
+  if (kt_rows_cols(c, y, &r.rows, &r.cols) || softmax_grads(c, dy, y, &r)) return;
+  kt_status(c, kiln_scaled_softmax_bwd(c->l, r.dt, r.out, y->data, dy->data, r.rows, r.cols,
                                        (float)kt_double(c, 2), c->s));
 }
 
@@ -85,15 +79,25 @@ static int fixed_rank(kt_call *c, const kt_arg *y, int64_t rank, const char *wan
   return kt_fail(c, "kiln.torch.%s: want y %s; got %s", c->op, want, KT_SHAPE(ys, y));
 }
 
+/* the masked and the causal backward: y of a fixed rank, then the launch */
+static void masked_backward(kt_call *c, int causal) {
+  kt_arg *dy = &c->arg[0], *y = &c->arg[1];
+  kt_rows r;
+  const char *want = causal ? "[attn_batches, sq, sk >= 1]" : "[b, heads, sq, sk >= 1]";
+  if (fixed_rank(c, y, causal ? 3 : 4, want) || softmax_grads(c, dy, y, &r)) return;
+  const int64_t *z = y->sizes;
+  float scale = (float)kt_double(c, 2);
+  kt_status(c, causal
+                   ? kiln_scaled_upper_triang_masked_softmax_bwd(c->l, r.dt, r.out, y->data,
+                                                                 dy->data, (long long)z[0],
+                                                                 (int)z[1], (int)z[2], scale, c->s)
+                   : kiln_scaled_masked_softmax_bwd(c->l, r.dt, r.out, y->data, dy->data, (int)z[0],
+                                                    (int)z[1], (int)z[2], (int)z[3], scale, c->s));
+}
+
 KT_OP(scaled_masked_softmax_backward, 0x3, 0, 0)
 static void scaled_masked_softmax_backward(kt_call *c) {
-  kt_arg *dy = &c->arg[0], *y = &c->arg[1];
-  kiln_dtype dt;
-  void *dx;
-  if (fixed_rank(c, y, 4, "[b, heads, sq, sk >= 1]") || softmax_grads(c, dy, y, &dt, &dx)) return;
-  const int64_t *z = y->sizes;
-  kt_status(c, kiln_scaled_masked_softmax_bwd(c->l, dt, dx, y->data, dy->data, (int)z[0], (int)z[1],
-                                              (int)z[2], (int)z[3], (float)kt_double(c, 2), c->s));
+  masked_backward(c, 0);
 }
 
 KT_OP(scaled_upper_triang_masked_softmax, 0x1, 0, 0)
@@ -124,15 +128,7 @@ static void scaled_upper_triang_masked_softmax(kt_call *c) {
 
 KT_OP(scaled_upper_triang_masked_softmax_backward, 0x3, 0, 0)
 static void scaled_upper_triang_masked_softmax_backward(kt_call *c) {
-  kt_arg *dy = &c->arg[0], *y = &c->arg[1];
-  kiln_dtype dt;
-  void *dx;
-  if (fixed_rank(c, y, 3, "[attn_batches, sq, sk >= 1]") || softmax_grads(c, dy, y, &dt, &dx))
-    return;
-  const int64_t *z = y->sizes;
-  kt_status(c, kiln_scaled_upper_triang_masked_softmax_bwd(c->l, dt, dx, y->data, dy->data,
-                                                           (long long)z[0], (int)z[1], (int)z[2],
-                                                           (float)kt_double(c, 2), c->s));
+  masked_backward(c, 1);
 }
 
 const kt_kernel kt_softmax_kernels[] = {

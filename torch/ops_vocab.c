@@ -91,37 +91,33 @@ static int ce_args(kt_call *c, const kt_arg *logits, kt_arg *target, kiln_dtype 
   return kt_dtype_code(c, logits, "logits", dt) || kt_ids(c, "cross_entropy", target, logits);
 }
 
-/* n float32 [rows] outputs on logits' device */
-static int ce_rows_out(kt_call *c, const kt_arg *logits, int n, void **out) {
-  for (int i = 0; i < n; i++)
-    if (kt_out(c, 1, logits->sizes, kt_f32, logits, &out[i])) return -1;
-  return 0;
+/* the forward (TP = 1: loss, lse) and the stats (TP > 1: row_max, sumexp,
+ * tgt): ce_args, logits made contiguous, float32 [rows] outputs, the launch */
+static void ce_forward(kt_call *c, int stats) {
+  const kt_arg *logits = &c->arg[0], *target = &c->arg[1];
+  kiln_dtype dt;
+  void *o[3];
+  if (ce_args(c, &c->arg[0], &c->arg[1], &dt) || kt_contig(c, &c->arg[0])) return;
+  for (int i = 0; i < 2 + stats; i++)
+    if (kt_out(c, 1, logits->sizes, kt_f32, logits, &o[i])) return;
+  long long rows = logits->sizes[0];
+  int vocab = (int)logits->sizes[1];
+  if (kt_skip(c, logits, rows)) return;
+  kt_status(c, stats ? kiln_cross_entropy_stats(c->l, dt, o[0], o[1], o[2], logits->data,
+                                                target->data, rows, vocab, kt_int(c, 2),
+                                                kt_int(c, 3), kt_int(c, 4), sync_flags(c, 5), c->s)
+                     : kiln_cross_entropy_fwd(c->l, dt, o[0], o[1], logits->data, target->data,
+                                              rows, vocab, kt_int(c, 2), sync_flags(c, 3), c->s));
 }
 
 KT_OP(cross_entropy, 0x3, 0, 0)
 static void cross_entropy(kt_call *c) {
-  kt_arg *logits = &c->arg[0], *target = &c->arg[1];
-  kiln_dtype dt;
-  void *o[2];
-  if (ce_args(c, logits, target, &dt) || kt_contig(c, logits) || ce_rows_out(c, logits, 2, o) ||
-      kt_skip(c, logits, logits->sizes[0]))
-    return;
-  kt_status(c, kiln_cross_entropy_fwd(c->l, dt, o[0], o[1], logits->data, target->data,
-                                      logits->sizes[0], (int)logits->sizes[1], kt_int(c, 2),
-                                      sync_flags(c, 3), c->s));
+  ce_forward(c, 0);
 }
 
 KT_OP(cross_entropy_stats, 0x3, 0, 0)
 static void cross_entropy_stats(kt_call *c) {
-  kt_arg *logits = &c->arg[0], *target = &c->arg[1];
-  kiln_dtype dt;
-  void *o[3];
-  if (ce_args(c, logits, target, &dt) || kt_contig(c, logits) || ce_rows_out(c, logits, 3, o) ||
-      kt_skip(c, logits, logits->sizes[0]))
-    return;
-  kt_status(c, kiln_cross_entropy_stats(c->l, dt, o[0], o[1], o[2], logits->data, target->data,
-                                        logits->sizes[0], (int)logits->sizes[1], kt_int(c, 2),
-                                        kt_int(c, 3), kt_int(c, 4), sync_flags(c, 5), c->s));
+  ce_forward(c, 1);
 }
 
 KT_OP(cross_entropy_backward, 0xf, 0, 0)
