@@ -8,6 +8,7 @@ CPU tensors, the smallest shapes that reach every branch of the C kernels."""
 
 from __future__ import annotations
 
+import ctypes
 import sys
 import threading
 
@@ -429,6 +430,11 @@ def test_info_says_which_path_and_why():
     # the one op without a C kernel, and why: the shim cannot read a generator's Philox state
     assert info["python_ops"] == ["philox_seed_offset"]
     assert "torch_generator_get_device" in info["why_python"]["philox_seed_offset"]
+    # what libkiln_torch says per op: no kernel, or one whose shim needs are met here
+    buf = ctypes.create_string_buffer(256)
+    assert _fast._lib_torch.kiln_torch_op_missing(b"philox_seed_offset", buf, 256) == -1
+    for name in ("rope", "bias_dropout_add", "embedding"):
+        assert _fast._lib_torch.kiln_torch_op_missing(name.encode(), buf, 256) == 0 and buf.value == b""
     _fast.set_enabled(False)
     try:
         info = kt.info()
