@@ -3,9 +3,12 @@
 
 For each transport's collective algorithms, from a per-hop latency alpha and a per-byte cost beta:
 
-    nccl  broadcast: ring, pipelined in 4 KiB slices      max-reduce: ring (reduce-scatter + all-gather)
-    gloo  broadcast: ring                                max-reduce: ring
-    mpi   broadcast: binomial tree                       max-reduce: recursive doubling
+    nccl       broadcast: ring, pipelined in 4 KiB slices   max-reduce: ring (reduce-scatter + all-gather)
+    gloo       broadcast: binomial tree (gloo/broadcast.cc)  max-reduce: kiln's binomial tree up, then that broadcast
+                                                              (kiln.torch.dist since issue 28)
+    gloo-ring  broadcast: binomial tree                      max-reduce: torch's all_reduce, a ring on gloo
+                                                              (gloo/allreduce.cc; kiln.torch.dist before issue 28)
+    mpi        broadcast: binomial tree                      max-reduce: recursive doubling
 
 and the protocol's collectives (loader/coord*.c): cold = the exchange (16,640 B max-reduce), a 4,096 B
 status frame every heartbeat until the root's fetch of build_ms ended, "what is still needed" (16,640 B),
@@ -94,7 +97,13 @@ def model(bc, ar, n, a, b, build_ms, hb_ms, payloads):
     }
 
 
-TRANSPORTS = {"nccl": ("ring", "ring"), "gloo": ("ring", "ring"), "mpi": ("tree", "rd"), "tree": ("tree", "tree")}
+TRANSPORTS = {
+    "nccl": ("ring", "ring"),
+    "gloo": ("tree", "tree"),
+    "gloo-ring": ("tree", "ring"),
+    "mpi": ("tree", "rd"),
+    "tree": ("tree", "tree"),
+}
 SIM = {"ring": "nccl", "rd": "mpi", "tree": "tree"}
 
 
@@ -146,7 +155,7 @@ def main():
     print(f"{'transport':9} {'N':>7} | {'ready_ms':>9} {'over_ms':>9} {'wait_ms':>8} {'B/rank':>9} "
           f"{'root_B/hb':>9} | {'warm_ms':>8} {'warm_c':>6}")
     for name, (bc, ar) in TRANSPORTS.items():
-        if name == "tree":
+        if name == "tree":  # the same algorithms as gloo's
             continue
         for n in ranks:
             m = model(bc, ar, n, args.alpha_us, args.beta_ns, args.build_ms, args.heartbeat_ms,

@@ -14,12 +14,19 @@ the artifacts to the ranks that need them. No collective waits on the build
 itself, so no torch.distributed or NCCL watchdog fires however long it takes.
 
 The communicator is a ``kiln_comm`` (include/kiln/comm.h) filled here with
-ctypes callbacks: broadcast is ``dist.broadcast``, max-reduce is
-``dist.all_reduce(op=MAX)`` on uint8, both with ``async_op=True``, and every
-wait polls ``work.is_completed()`` against kiln's own deadline (1 ms between
-polls, growing to 10 ms). A callback never blocks past that deadline and never
-lets a Python exception reach the C frames: a deadline is KILN_ETIMEDOUT, an
-exception from torch KILN_EPEER with its text (kiln_comm_error).
+ctypes callbacks. Broadcast is ``dist.broadcast`` (on gloo a binomial tree).
+Max-reduce on a CPU (gloo) group is kiln's own binomial tree of
+point-to-point messages up to rank 0 (``dist.isend``/``dist.irecv``, tag
+``_TREE_TAG``) followed by that broadcast: 2 x ceil(log2 N) hops, where
+``dist.all_reduce`` on gloo is a ring of 2 x (N - 1) hops (at 16,000 ranks and
+gloo's latency, seconds per call; docs/coordination.md, "At scale"). On an
+NCCL group it is ``dist.all_reduce(op=MAX)``, NCCL's own choice. Every
+operation is ``async_op`` and every wait polls ``work.is_completed()`` against
+kiln's own deadline (1 ms between polls, growing to 10 ms). A callback never
+blocks past that deadline and never lets a Python exception reach the C
+frames: a deadline is KILN_ETIMEDOUT (on the tree, naming the rank that sent
+nothing), an exception from torch KILN_EPEER with its text
+(kiln_comm_error).
 
 By default kiln uses a gloo group of its own over the default group's ranks
 (made once with ``dist.new_group(backend="gloo")``, on first use, and kept),
@@ -36,6 +43,7 @@ from __future__ import annotations
 import ctypes
 import fnmatch
 import os
+import threading
 import time
 from ctypes import POINTER, byref, c_int
 from dataclasses import dataclass, field
@@ -46,12 +54,20 @@ import torch
 from kiln import _lib
 from kiln._lib import KILN_ENV, int_arg, lib, path_arg, positive_arg, text, text_arg
 from kiln.api import Cache, PathArg, parse_targets
-from kiln.errors import KilnDriverError, KilnInvalidArgument, KilnNotFound, KilnPeerError, error_for
+from kiln.errors import (
+    KilnDriverError,
+    KilnInvalidArgument,
+    KilnMismatchError,
+    KilnNotFound,
+    KilnPeerError,
+    error_for,
+)
 from kiln.torch import _runtime
 
 KILN_OK = 0
 KILN_ETIMEDOUT = -14
 KILN_EPEER = -15
+KILN_EMISMATCH = -16
 
 # Polling a pending collective: the first check at once, then sleeps growing
 # from 1 ms to 10 ms. A status frame is seen within 10 ms of its arrival, and a
@@ -59,6 +75,15 @@ KILN_EPEER = -15
 _POLL_FIRST_S = 0.001
 _POLL_MAX_S = 0.010
 _POLL_GROWTH = 1.5
+
+# The tag of the max-reduce tree's point-to-point messages, apart from the
+# tags a user's own sends on the same group would pick (0 by default).
+_TREE_TAG = 0x6B696C6E  # "kiln"
+# What this kiln speaks over torch.distributed: the collectives it calls and
+# how (the max-reduce tree). Ranks must agree on it before any collective (a
+# rank on the ring and one on the tree would wait on each other until the
+# deadline); the check-in compares it (KilnMismatchError).
+COMM_PROTOCOL = "kiln-torch-comm-2 (max-reduce: binomial tree + broadcast)"
 
 # The dedicated gloo group's own timeout is kiln's silence limit plus this, so
 # kiln's deadline (which every wait polls) always comes first.
@@ -68,6 +93,9 @@ _DEFAULT_BUILD_TIMEOUT_S = 1800.0
 # store), from 10 ms up to 100 ms between looks.
 _CHECKIN_POLL_FIRST_S = 0.010
 _CHECKIN_POLL_MAX_S = 0.100
+# How long the ranks that did not decide a timed-out check-in wait for the
+# deciding rank's list of missing ranks (one store look per rank).
+_CHECKIN_DECIDE_S = 30.0
 
 
 @dataclass
@@ -146,6 +174,9 @@ class _Comm:
         self.interrupt: BaseException | None = None
         self.abandoned: list[tuple[object, torch.Tensor]] = []  # works given up on, kept alive
         self.device: torch.device | None = None
+        # max-reduce as kiln's tree (gloo) rather than torch's all_reduce
+        # (COMM_PROTOCOL; the bench compares the two by switching this)
+        self.tree = True
         if group is None:
             self.rank, self.size, name = 0, 1, "single"
         else:
@@ -229,28 +260,119 @@ class _Comm:
         # the collective runs on a copy: an abandoned one may still write into
         # it after kiln's buffer is gone
         t = host.clone() if self.device is None else host.to(self.device)
+        said = f"torch.distributed {what} of {n} bytes"
         if root >= 0:
-            src = dist.get_global_rank(self.group, root) if self.group is not dist.group.WORLD else root
-            work = dist.broadcast(t, src, group=self.group, async_op=True)
+            work = dist.broadcast(t, self._global(root), group=self.group, async_op=True)
+            st = self._wait(work, t, deadline, f"{said} (root {root}) on {self.name}", timeout_s)
+        elif self.device is None and self.tree:
+            st = self._tree_max_reduce(t, deadline, said, timeout_s)
         else:
             work = dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
-        sleep = _POLL_FIRST_S
-        while not work.is_completed():
-            now = time.monotonic()
-            if now >= deadline:
-                self.abandoned.append((work, t))
-                where = f" (root {root})" if root >= 0 else ""
-                return _comm_error(
-                    KILN_ETIMEDOUT,
-                    f"torch.distributed {what} of {n} bytes{where} on {self.name}: "
-                    f"did not complete within {timeout_s:.1f} s",
-                )
-            time.sleep(min(sleep, deadline - now))
-            sleep = min(sleep * _POLL_GROWTH, _POLL_MAX_S)
-        work.wait()  # completed: returns at once, or raises what failed it
+            st = self._wait(work, t, deadline, f"{said} on {self.name}", timeout_s)
+        if st != KILN_OK:
+            return st
         if root != self.rank:
             host.copy_(t)
         return KILN_OK
+
+    def _global(self, r: int) -> int:
+        """The default group's rank of rank r of self.group (what torch's
+        point-to-point calls and broadcast's src take)."""
+        import torch.distributed as dist
+
+        return r if self.group is dist.group.WORLD else dist.get_global_rank(self.group, r)
+
+    def _wait(self, work: object, t: torch.Tensor, deadline: float, what: str, timeout_s: float) -> int:
+        """Polls work until it completes or deadline passes (KILN_ETIMEDOUT
+        saying what did not complete; work and t are kept alive, as the
+        transport may still write into t)."""
+        sleep = _POLL_FIRST_S
+        while not work.is_completed():  # type: ignore[attr-defined]
+            now = time.monotonic()
+            if now >= deadline:
+                self.abandoned.append((work, t))
+                return _comm_error(KILN_ETIMEDOUT, f"{what}: did not complete within {timeout_s:.1f} s")
+            time.sleep(min(sleep, deadline - now))
+            sleep = min(sleep * _POLL_GROWTH, _POLL_MAX_S)
+        work.wait()  # type: ignore[attr-defined]  # completed: returns at once, or raises what failed it
+        return KILN_OK
+
+    def _wait_p2p(self, work: object, t: torch.Tensor, deadline: float, what: str, timeout_s: float) -> int:
+        """_wait for a point-to-point operation. gloo's send and receive
+        report completion only through a blocking wait() (their
+        is_completed() stays False until then), and a wait() that times out
+        closes every connection of the group, so it cannot be polled: a
+        thread of its own blocks in wait() (the GIL released) while this one
+        waits for it against kiln's deadline. Past the deadline the thread
+        is left behind (a daemon) with work and t; its wait() ends when the
+        group is aborted or gloo's own timeout, which comes later, passes."""
+        done = threading.Event()
+        failed: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                work.wait()  # type: ignore[attr-defined]
+            except BaseException as e:  # noqa: BLE001 - reported by the caller
+                failed.append(e)
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name="kiln-comm-p2p", daemon=True).start()
+        if not done.wait(max(deadline - time.monotonic(), 0.0)):
+            self.abandoned.append((work, t))
+            return _comm_error(KILN_ETIMEDOUT, f"{what}: did not complete within {timeout_s:.1f} s")
+        if failed:
+            raise failed[0]
+        return KILN_OK
+
+    def _tree_max_reduce(self, t: torch.Tensor, deadline: float, said: str, timeout_s: float) -> int:
+        """The byte-wise maximum of t over the group, into t on every rank: a
+        binomial tree up to rank 0 (in round k, a rank r with bit k set sends
+        its running maximum to r - 2^k and is done; one without it receives
+        from r + 2^k, if that rank exists, and takes the maximum), then
+        rank 0's result broadcast down (gloo's broadcast: a binomial tree).
+        2 x ceil(log2 N) hops and at most 2 x ceil(log2 N) x n bytes per rank,
+        where gloo's all_reduce is a ring of 2 x (N - 1) hops. A wait past the
+        deadline names the rank it waited on: a silent child is that rank or
+        one below it in the tree (its subtree's ranks are given)."""
+        import torch.distributed as dist
+
+        r, size = self.rank, self.size
+        got = torch.empty_like(t)
+        mask = 1
+        while mask < size:
+            if r & mask:
+                parent = r - mask
+                work = dist.isend(t, self._global(parent), group=self.group, tag=_TREE_TAG)
+                st = self._wait_p2p(
+                    work, t, deadline, f"{said} on {self.name}: the send to rank {parent} "
+                    "(this rank's parent in kiln's max-reduce tree)", timeout_s
+                )
+                if st != KILN_OK:
+                    return st
+                break
+            child = r + mask
+            if child < size:
+                last = min(child + mask, size) - 1
+                below = (
+                    "it"
+                    if last == child
+                    else f"it, or rank {last} under it,"
+                    if last == child + 1
+                    else f"it, or one of ranks {child + 1} to {last} under it,"
+                )
+                work = dist.irecv(got, self._global(child), group=self.group, tag=_TREE_TAG)
+                st = self._wait_p2p(
+                    work, got, deadline, f"{said} on {self.name}: the receive from rank {child} "
+                    f"({below} in kiln's max-reduce tree, sent nothing)", timeout_s
+                )
+                if st != KILN_OK:
+                    return st
+                torch.maximum(t, got, out=t)
+                got = torch.empty_like(t)  # a late write into an abandoned one lands elsewhere
+            mask <<= 1
+        work = dist.broadcast(t, self._global(0), group=self.group, async_op=True)
+        return self._wait(work, t, deadline, f"{said} on {self.name}: the result's broadcast from rank 0", timeout_s)
 
 
 # ---- the group -----------------------------------------------------------------------
@@ -309,13 +431,18 @@ _checkins = 0
 
 
 def _check_in(limit_s: float) -> None:
-    """Every rank of the default group sets its key in the default group's
-    store, then waits at most limit_s for every other rank's. The outcome is
+    """Every rank of the default group checks in through the default group's
+    store, then waits at most limit_s for every other rank. The outcome is
     decided once, by the store's compare_set: "go" by the first rank that
-    sees every key, or the missing ranks by the first whose deadline passes;
-    every rank follows it, so no rank goes on into new_group (a collective)
-    while another gives up. KilnPeerError naming the missing ranks when they
-    did not come."""
+    sees every rank arrived, or the missing ranks by the first whose
+    deadline passes; every rank follows it, so no rank goes on into
+    new_group (a collective) while another gives up. KilnPeerError naming
+    the missing ranks when they did not come; KilnMismatchError when a rank
+    speaks another COMM_PROTOCOL (the first rank to check in sets it).
+
+    Each rank's wait reads one counter per poll (store.add of 0), so the
+    store answers O(1) per poll at any N; a rank's own key is read only
+    once, by the one rank that decides a timeout, to name who is missing."""
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
 
@@ -327,30 +454,50 @@ def _check_in(limit_s: float) -> None:
     rank, size = dist.get_rank(), dist.get_world_size()
     _checkins += 1
     prefix = f"kiln/warmup/checkin/{_checkins}/"
-    keys = [f"{prefix}{r}" for r in range(size)]
-    verdict_key = prefix + "verdict"
-    store.set(keys[rank], "1")
+    verdict_key, missing_key = prefix + "verdict", prefix + "missing"
+    store.set(f"{prefix}{rank}", "1")
+    first = bytes(store.compare_set(prefix + "protocol", "", COMM_PROTOCOL)).decode()
+    if first != COMM_PROTOCOL:
+        store.compare_set(verdict_key, "", f"mismatch\t{rank}\t{COMM_PROTOCOL}\t{first}")
+    store.add(prefix + "arrived", 1)
     deadline = time.monotonic() + limit_s
     sleep = _CHECKIN_POLL_FIRST_S
     while True:
         if store.check([verdict_key]):
             verdict = bytes(store.get(verdict_key)).decode()
             break
-        if store.check(keys):
+        if store.add(prefix + "arrived", 0) >= size:
             verdict = bytes(store.compare_set(verdict_key, "", "go")).decode()
             break
         now = time.monotonic()
         if now >= deadline:
-            missing = [r for r in range(size) if not store.check([keys[r]])]
-            decided = ",".join(map(str, missing)) if missing else "go"
-            verdict = bytes(store.compare_set(verdict_key, "", decided)).decode()
+            mine = f"deciding\t{rank}"
+            verdict = bytes(store.compare_set(verdict_key, "", mine)).decode()
+            if verdict == mine:  # this rank decides: who is missing
+                missing = [r for r in range(size) if not store.check([f"{prefix}{r}"])]
+                store.set(missing_key, ",".join(map(str, missing)))
             break
         time.sleep(min(sleep, deadline - now))
         sleep = min(sleep * 1.5, _CHECKIN_POLL_MAX_S)
     if verdict == "go":
         return
-    missing = [int(r) for r in verdict.split(",")]
-    who = ("rank " if len(missing) == 1 else "ranks ") + ", ".join(map(str, missing))
+    if verdict.startswith("mismatch\t"):
+        _, who, theirs, first_s = verdict.split("\t", 3)
+        raise KilnMismatchError(
+            f"kiln.torch.dist.warmup: rank {who} of the default process group speaks "
+            f"'{theirs}' over torch.distributed, where the first rank to check in speaks '{first_s}': "
+            "every rank must run the same kiln. Nothing was built",
+            status="KILN_EMISMATCH",
+            code=KILN_EMISMATCH,
+        )
+    missing = _missing_ranks(store, missing_key)
+    if missing is None:
+        who = f"some ranks (rank {verdict.split(chr(9))[-1]} decided the wait was over, but never said which)"
+    elif not missing:
+        who = "no rank (every rank arrived just as the wait ended; the slowest decides)"
+    else:
+        who = ("rank " if len(missing) == 1 else "ranks ") + ", ".join(map(str, missing))
+    missing = missing or []
     late = " (this one, too late: the others gave up)" if rank in missing else ""
     raise KilnPeerError(
         f"kiln.torch.dist.warmup: {who} of the default process group ({size} ranks) did not "
@@ -359,6 +506,18 @@ def _check_in(limit_s: float) -> None:
         status="KILN_EPEER",
         code=KILN_EPEER,
     )
+
+
+def _missing_ranks(store: object, missing_key: str) -> list[int] | None:
+    """The missing ranks the deciding rank wrote just after it decided
+    (waited for a bounded while: None if they never came)."""
+    deadline = time.monotonic() + _CHECKIN_DECIDE_S
+    while not store.check([missing_key]):  # type: ignore[attr-defined]
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(_CHECKIN_POLL_FIRST_S)
+    listed = bytes(store.get(missing_key)).decode()  # type: ignore[attr-defined]
+    return [int(r) for r in listed.split(",")] if listed else []
 
 
 # ---- warmup ----------------------------------------------------------------------------
