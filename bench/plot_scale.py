@@ -47,11 +47,14 @@ INSTALL = ("matplotlib is missing; make a venv for the plots (not the test venv)
            "then run: ~/.cache/kiln-bench-plot/venv/bin/python bench/plot_scale.py")
 
 ALGS = ("ring", "tree", "rd")
-ALG_LABEL = {"ring": "ring (NCCL, gloo)", "tree": "binomial tree", "rd": "tree + rec. doubling (MPI)"}
+ALG_LABEL = {"ring": "ring (NCCL)", "tree": "binomial tree (gloo, kiln.torch.dist)", "rd": "tree + rec. doubling (MPI)"}
 ALG_COLOR = {"ring": "tab:red", "tree": "tab:green", "rd": "tab:blue"}
 ALG_MARKER = {"ring": ("o", 9), "tree": ("s", 6.5), "rd": ("^", 4.5)}  # sizes differ: points may coincide
 # the model's collective algorithms for each simulated one (tests/sim/coord_model.py's TRANSPORTS)
 ALG_MODEL = {"ring": ("ring", "ring"), "tree": ("tree", "tree"), "rd": ("tree", "rd")}
+# the right-hand panel: coord_model.py's transports, with their labels and colours
+TRANSPORT_LINES = (("nccl", "NCCL", "tab:red"), ("gloo-ring", "gloo, torch's all_reduce (before)", "tab:orange"),
+                   ("gloo", "gloo, kiln's tree", "tab:green"), ("mpi", "MPI", "tab:blue"))
 CURVE_N = sorted({1 << k for k in range(1, 17)} | {100000})
 
 
@@ -128,8 +131,8 @@ def parse_herd(path):
     return runs
 
 
-def curve(cm, alg, key, a_us, b_ns, build_ms, hb_ms, payloads):
-    bc, ar = ALG_MODEL[alg]
+def curve(cm, alg, key, a_us, b_ns, build_ms, hb_ms, payloads, algs=None):
+    bc, ar = algs or ALG_MODEL[alg]
     return [cm.model(bc, ar, n, a_us, b_ns, build_ms, hb_ms, payloads)[key] for n in CURVE_N]
 
 
@@ -139,7 +142,7 @@ def fmt_ab(a_us, b_ns):
 
 def plot_vs_n(plt, cm, sim, sets, key, ylabel, title, out, refs=()):
     """refs: horizontal lines (y, label, line style, the label's x on the left and on the right)."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.2), sharey=True)
     a, b, build, hb = sim["alpha_us"], sim["beta_ns"], sim["build_ms"], sim["hb_ms"]
     for alg in ALGS:
         pts = sorted((r["n"], r[key]) for r in sim["rows"] if r["alg"] == alg)
@@ -152,9 +155,9 @@ def plot_vs_n(plt, cm, sim, sets, key, ylabel, title, out, refs=()):
     styles = ["-", "--", "-.", ":"]
     for i, (sa, sb, sbuild, shb, k, p) in enumerate(sets):
         ls = styles[i % len(styles)]
-        for alg, name in (("ring", "NCCL/gloo"), ("rd", "MPI")):
-            right.plot(CURVE_N, curve(cm, alg, key, sa, sb, sbuild, shb, [p] * k), ls, lw=1.2,
-                       color=ALG_COLOR[alg], label=f"{name}, {fmt_ab(sa, sb)}")
+        for transport, name, color in TRANSPORT_LINES:
+            right.plot(CURVE_N, curve(cm, None, key, sa, sb, sbuild, shb, [p] * k, cm.TRANSPORTS[transport]),
+                       ls, lw=1.2, color=color, label=f"{name}, {fmt_ab(sa, sb)}")
     right.set_title("model per transport, to 100,000 ranks", fontsize=9)
     for side, ax in enumerate((left, right)):
         for y, label, style, xs in refs:
@@ -164,7 +167,8 @@ def plot_vs_n(plt, cm, sim, sets, key, ylabel, title, out, refs=()):
         ax.set_yscale("log")
         ax.set_xlabel("ranks N")
         ax.grid(True, which="major", lw=0.3)
-        ax.legend(fontsize=6, loc="upper left")
+    left.legend(fontsize=6, loc="upper left")
+    right.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # 16 lines: beside the plot
     left.set_ylabel(ylabel)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()

@@ -15,7 +15,7 @@ itself, so no torch.distributed or NCCL watchdog fires however long it takes.
 
 The communicator is a ``kiln_comm`` (include/kiln/comm.h) filled here with
 ctypes callbacks. Broadcast is ``dist.broadcast`` (on gloo a binomial tree).
-Max-reduce on a CPU (gloo) group is kiln's own binomial tree of
+Max-reduce on a CPU (gloo) group of 3 ranks or more is kiln's own binomial tree of
 point-to-point messages up to rank 0 (``dist.isend``/``dist.irecv``, tag
 ``_TREE_TAG``) followed by that broadcast: 2 x ceil(log2 N) hops, where
 ``dist.all_reduce`` on gloo is a ring of 2 x (N - 1) hops (at 16,000 ranks and
@@ -83,7 +83,7 @@ _TREE_TAG = 0x6B696C6E  # "kiln"
 # how (the max-reduce tree). Ranks must agree on it before any collective (a
 # rank on the ring and one on the tree would wait on each other until the
 # deadline); the check-in compares it (KilnMismatchError).
-COMM_PROTOCOL = "kiln-torch-comm-2 (max-reduce: binomial tree + broadcast)"
+COMM_PROTOCOL = "kiln-torch-comm-2 (max-reduce: binomial tree + broadcast from 3 ranks)"
 
 # The dedicated gloo group's own timeout is kiln's silence limit plus this, so
 # kiln's deadline (which every wait polls) always comes first.
@@ -174,9 +174,6 @@ class _Comm:
         self.interrupt: BaseException | None = None
         self.abandoned: list[tuple[object, torch.Tensor]] = []  # works given up on, kept alive
         self.device: torch.device | None = None
-        # max-reduce as kiln's tree (gloo) rather than torch's all_reduce
-        # (COMM_PROTOCOL; the bench compares the two by switching this)
-        self.tree = True
         if group is None:
             self.rank, self.size, name = 0, 1, "single"
         else:
@@ -196,6 +193,10 @@ class _Comm:
             if "nccl" in backend and "gloo" not in backend:
                 self.device = torch.device("cuda", torch.cuda.current_device())
             name = "torch-gloo" if self.device is None else "torch-nccl"
+        # max-reduce as kiln's tree (gloo) rather than torch's all_reduce,
+        # from 3 ranks: at 2 both take 2 hops and all_reduce costs less
+        # (bench/torch_max_reduce.py; it compares the two by switching this)
+        self.tree = self.size > 2
         self._cb_broadcast = _lib.comm_broadcast_fn(self._broadcast)
         self._cb_max_reduce = _lib.comm_max_reduce_fn(self._max_reduce)
         self._cb_abort = _lib.comm_abort_fn(self._abort)
