@@ -53,6 +53,9 @@ typedef enum cudaError_enum {
   CUDA_ERROR_NOT_PERMITTED = 800,
   CUDA_ERROR_NOT_SUPPORTED = 801,
   CUDA_ERROR_SYSTEM_DRIVER_MISMATCH = 803,
+  CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900, /* not permitted while a stream captures */
+  CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901, /* the capture was invalidated by an error */
+  CUDA_ERROR_STREAM_CAPTURE_IMPLICIT = 906,    /* the legacy stream, while a stream captures */
   CUDA_ERROR_TIMEOUT = 909,
   CUDA_ERROR_UNKNOWN = 999
 } CUresult;
@@ -87,6 +90,13 @@ typedef enum CUevent_flags_enum {
   CU_EVENT_DISABLE_TIMING = 2,
   CU_EVENT_INTERPROCESS = 4
 } CUevent_flags;
+
+/* cuStreamIsCapturing (CUDA 10.0) */
+typedef enum CUstreamCaptureStatus_enum {
+  CU_STREAM_CAPTURE_STATUS_NONE = 0,
+  CU_STREAM_CAPTURE_STATUS_ACTIVE = 1,
+  CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2
+} CUstreamCaptureStatus;
 
 typedef enum CUdriverProcAddress_flags_enum {
   CU_GET_PROC_ADDRESS_DEFAULT = 0,

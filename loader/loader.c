@@ -138,6 +138,29 @@ kiln_status kiln_loader_device(kiln_device_info *out, kiln_loader *l) {
   return KILN_OK;
 }
 
+kiln_status kiln_loader_stream_capturing(int *out, kiln_loader *l, struct CUstream_st *stream) {
+  CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+  kiln_status rc;
+  CUresult r;
+  int pushed = 0;
+  if (!out || !l) return kiln_fail(KILN_EINVAL, "kiln_loader_stream_capturing: NULL argument");
+  *out = 0;
+  KILN_CHECK(kiln_ctx_enter(l, &pushed)); /* the legacy stream is the current context's */
+  r = l->cu->StreamIsCapturing(stream, &cs);
+  kiln_ctx_leave(l, pushed);
+  /* IMPLICIT: the legacy stream while a blocking stream of the context
+   * captures; the capture is not invalidated, but nothing may load either */
+  if (r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) {
+    *out = 1;
+  } else if (r != CUDA_SUCCESS) {
+    rc = kiln_cuda_fail(r, "cuStreamIsCapturing");
+  } else {
+    *out = cs != CU_STREAM_CAPTURE_STATUS_NONE;
+  }
+out:
+  return rc;
+}
+
 static kiln_status unit_index(const char *name, size_t *out) {
   char names[1024];
   for (size_t u = 0; u < kiln_unit_count(); u++)

@@ -72,6 +72,8 @@ typedef enum {
   KILN_MODULE_LOADED,
   KILN_MODULE_SKIPPED,  /* not read, or this device/driver cannot use it */
   KILN_MODULE_REJECTED, /* the driver refused the bytes: quarantined (primary layer) */
+  KILN_MODULE_REFUSED,  /* the driver loads nothing now (a CUDA graph capture): no other
+                           candidate or build can help, resolution stops with err */
 } kiln_module_attempt;
 
 /* Reads want's blob (verified) and hands it to the driver; when it loads,
@@ -88,7 +90,8 @@ void kiln_unload_locked(kiln_loader *l, size_t u);
 /* ---- resolve_local.c ---- */
 
 /* Tries the cached candidates of units[u]. KILN_ENOTFOUND with a description
- * in `held` when none loads (l->lock held). */
+ * in `held` when none loads; KILN_EDRIVER at once when the driver refuses
+ * loads during a CUDA graph capture (l->lock held). */
 kiln_status kiln_load_cached(kiln_loader *l, size_t u, char *held, size_t held_cap);
 /* Loads units[u] from the cache layers only: KILN_ENOTFOUND when none holds
  * a loadable artifact (l->lock held). */

@@ -42,6 +42,16 @@ static int image_is_bad(CUresult r) {
   return r == CUDA_ERROR_INVALID_IMAGE;
 }
 
+/* The driver refuses to load anything while a stream of the process (global
+ * capture mode) or of this thread (thread-local) captures a CUDA graph, and
+ * the refusal invalidates that capture; the legacy stream is unusable while
+ * any blocking stream captures. Not about the bytes, and the same for every
+ * candidate. */
+static int load_refused_by_capture(CUresult r) {
+  return r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED || r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED ||
+         r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+}
+
 /* cuModuleLoadDataEx with the JIT's error and info logs captured: a PTX the
  * driver's JIT refuses says why (its first lines, one line in log), not only
  * an error code. */
@@ -184,6 +194,7 @@ kiln_module_attempt kiln_module_load(kiln_loader *l, kiln_unit_slot *s, const ki
     snprintf(err, err_cap, "%s (%.12s): the driver refused it: %s (%s)%s%s", rec.target, rec.digest,
              kiln_cuda_error_name(r), text ? text : "?", jit_log[0] ? ": " : "", jit_log);
     if (image_is_bad(r)) a = reject(l, s, &rec, err);
+    if (load_refused_by_capture(r)) a = KILN_MODULE_REFUSED;
     goto out;
   }
   s->module = mod;

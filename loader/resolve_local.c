@@ -51,6 +51,10 @@ kiln_status kiln_load_cached(kiln_loader *l, size_t u, char *held, size_t held_c
       rc = KILN_OK;
       goto out;
     }
+    if (a == KILN_MODULE_REFUSED) { /* a capture: no build either (resolve.c) */
+      rc = kiln_fail(KILN_EDRIVER, "%s: %s", s->unit->name, e);
+      goto out;
+    }
     kiln_log(KILN_LOG_DEBUG, "%s: candidate %s", s->unit->name, e);
     snprintf(err + strlen(err), sizeof err - strlen(err), "%s%s", *err ? "; " : "", e);
   }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kiln/kernels.h" /* kiln_unit_count, kiln_unit_at */
 #include "torch/kiln_torch.h"
 
 /* The last error a kernel raised on this thread, for kiln.torch to map to its
@@ -170,11 +171,48 @@ int kt_fail(kt_call *c, const char *fmt, ...) {
   return -1;
 }
 
+/* The unit op runs (kiln_<unit>_... launchers): the longest unit name that
+ * op's name starts with, up to an '_' ("scaled_masked_softmax_backward" ->
+ * scaled_masked_softmax, not scaled_softmax). NULL when none does. */
+static const char *kt_unit_of(const char *op) {
+  const char *best = NULL;
+  size_t best_len = 0;
+  for (size_t i = 0; i < kiln_unit_count(); i++) {
+    const char *name = kiln_unit_at(i)->name;
+    size_t n = strlen(name);
+    if (n > best_len && strncmp(op, name, n) == 0 && (op[n] == '\0' || op[n] == '_')) {
+      best = name;
+      best_len = n;
+    }
+  }
+  return best;
+}
+
+/* A launch that failed while the stream captures a CUDA graph, with the op's
+ * unit not loaded: the driver refused (or would refuse) to load it. Says what
+ * the Python impls' resolve guard says (kiln/torch/_runtime.py, resolve), with
+ * its status, so both paths raise the same KilnUnsupported. Only on a
+ * failure: the success path asks nothing. */
+static void kt_capture_refusal(kt_call *c) {
+  kiln_unit_load ul;
+  int capturing = 0;
+  const char *unit = kt_unit_of(c->op);
+  if (!c->l || !unit || kiln_loader_stream_capturing(&capturing, c->l, c->s) != KILN_OK ||
+      !capturing || kiln_loader_unit_load(&ul, c->l, unit) != KILN_ENOTFOUND)
+    return;
+  c->st = KILN_EUNSUPPORTED;
+  snprintf(c->msg, sizeof c->msg,
+           "kiln.torch: unit '%s' is not loaded yet and a CUDA graph is being captured (loading "
+           "or building kernels cannot be captured); call kiln.torch.init() before capturing",
+           unit);
+}
+
 int kt_status(kt_call *c, kiln_status st) {
   if (st == KILN_OK) return 0;
   if (c->st == KILN_OK) {
     c->st = st;
     snprintf(c->msg, sizeof c->msg, "%s", kiln_last_error());
+    kt_capture_refusal(c);
   }
   return -1;
 }

@@ -137,6 +137,19 @@ KILN_API kiln_status kiln_loader_coord_report(kiln_coord_report *out, kiln_loade
 KILN_API kiln_status kiln_loader_function(struct CUfunc_st **out, kiln_loader *l,
                                           const char *entry);
 
+/* Whether stream (NULL: the legacy default stream of the loader's context) is
+ * capturing a CUDA graph, from cuStreamIsCapturing: *out = 1 while a capture
+ * is active, or was invalidated and not yet ended, and when the driver says
+ * the legacy stream cannot be used because another stream of the context is
+ * capturing; 0 otherwise. A unit cannot be loaded then (the driver refuses
+ * module loads during a global or thread-local capture), so a host that
+ * resolves on first use calls this when a launch fails, to say "load before
+ * capturing" instead of the driver's error. Costs one driver call; loads and
+ * launches nothing. KILN_EINVAL for NULL out or l, KILN_EDRIVER naming the
+ * driver's error (e.g. a stream of another context). */
+KILN_API kiln_status kiln_loader_stream_capturing(int *out, kiln_loader *l,
+                                                  struct CUstream_st *stream);
+
 /* Where a loaded unit came from. */
 typedef enum kiln_load_source {
   KILN_LOAD_NONE = 0,       /* not loaded */

@@ -381,6 +381,7 @@ FUNCTIONS: dict[str, tuple[object, list[object]]] = {
     "kiln_loader_warmup": (_st, [_p, POINTER(kiln_comm)]),
     "kiln_loader_coord_report": (_st, [POINTER(kiln_coord_report), _p]),
     "kiln_loader_unit_load": (_st, [POINTER(kiln_unit_load), _p, c_char_p]),
+    "kiln_loader_stream_capturing": (_st, [POINTER(c_int), _p, _p]),
     "kiln_load_source_str": (c_char_p, [c_int]),
     "kiln_library_get_info": (_st, [POINTER(kiln_library_info), c_int]),
     # coordination

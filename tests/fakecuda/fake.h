@@ -85,6 +85,13 @@ void events_drop_context(const context *c);
  * memory the caller owns). Lock held. */
 bool memory_covers(uintptr_t p, unsigned long long n, const context *c);
 
+/* KILN_FAKE_CUDA_CAPTURE=1 (read on every call): every stream is capturing a
+ * CUDA graph in global mode. A module load then fails and invalidates the
+ * capture (capture_invalidate), as on the real driver, until a call sees the
+ * knob off: the capture has ended. Lock held. */
+CUstreamCaptureStatus capture_status();
+void capture_invalidate();
+
 /* The driver entry points, with the signatures of loader/driver.h's table
  * (CUDA 12.0's). Defined across fake_*.cpp; fake_libcuda.cpp hands them out
  * through cuGetProcAddress. */
@@ -128,6 +135,7 @@ CUresult fake_EventDestroy(CUevent e);
 CUresult fake_EventRecord(CUevent e, CUstream s);
 CUresult fake_EventSynchronize(CUevent e);
 CUresult fake_EventElapsedTime(float *ms, CUevent start, CUevent end);
+CUresult fake_StreamIsCapturing(CUstream s, CUstreamCaptureStatus *status);
 
 } // namespace kiln_fake
 

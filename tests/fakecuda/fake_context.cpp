@@ -182,4 +182,34 @@ CUresult fake_StreamQuery(CUstream) {
   return hang && !strcmp(hang, "1") ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
 }
 
+namespace {
+bool g_capture_invalidated; /* lock() held */
+} // namespace
+
+CUstreamCaptureStatus capture_status() {
+  const char *on = getenv("KILN_FAKE_CUDA_CAPTURE");
+  if (!on || strcmp(on, "1")) {
+    g_capture_invalidated = false; /* the capture ended */
+    return CU_STREAM_CAPTURE_STATUS_NONE;
+  }
+  return g_capture_invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                               : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+}
+
+void capture_invalidate() {
+  g_capture_invalidated = true;
+}
+
+/* Any stream, the legacy one (NULL) included: the fake has no stream objects,
+ * and KILN_FAKE_CUDA_CAPTURE stands for a capture on the stream the caller
+ * launches on. */
+CUresult fake_StreamIsCapturing(CUstream, CUstreamCaptureStatus *status) {
+  if (!status) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> g(lock());
+  context *c;
+  if (CUresult r = current(&c)) return r;
+  *status = capture_status();
+  return CUDA_SUCCESS;
+}
+
 } // namespace kiln_fake

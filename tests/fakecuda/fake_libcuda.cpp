@@ -170,6 +170,11 @@ const error_text kErrors[] = {
     E(CUDA_ERROR_NOT_SUPPORTED, "operation not supported"),
     E(CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, "system has unsupported display driver / cuda driver "
                                          "combination"),
+    E(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "operation not permitted when stream is capturing"),
+    E(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "operation failed due to a previous error during "
+                                             "capture"),
+    E(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, "operation would make the legacy stream depend on a "
+                                          "capturing blocking stream"),
     E(CUDA_ERROR_TIMEOUT, "timeout"),
     E(CUDA_ERROR_UNKNOWN, "unknown error"),
 };
@@ -316,6 +321,7 @@ const struct {
     FAKE_ENTRY(EventRecord),
     FAKE_ENTRY(EventSynchronize),
     FAKE_ENTRY(EventElapsedTime),
+    FAKE_ENTRY(StreamIsCapturing),
 };
 #undef FAKE_ENTRY
 

@@ -267,6 +267,14 @@ CUresult fake_ModuleLoadDataEx(CUmodule *m, const void *data, unsigned int n, CU
   std::lock_guard<std::mutex> g(lock());
   context *c;
   if (CUresult r = current(&c)) return r;
+  if (capture_status() != CU_STREAM_CAPTURE_STATUS_NONE) {
+    /* a load is not a stream operation: the driver refuses it during a
+     * global-mode capture, and the capture is invalidated */
+    capture_invalidate();
+    log_line("load fail %s a stream is capturing a CUDA graph",
+             error_name(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED));
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
   char *err_buf;
   size_t err_size;
   int err_index;
@@ -436,6 +444,10 @@ CUresult fake_LaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, 
   if (CUresult r = current(&c)) {
     log_line("launch fail - %s: no usable current context", error_name(r));
     return r;
+  }
+  if (capture_status() == CU_STREAM_CAPTURE_STATUS_INVALIDATED) {
+    log_line("launch fail - the stream's CUDA graph capture was invalidated");
+    return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
   }
   auto it = g_functions.find((uintptr_t)f);
   if (it == g_functions.end() || it->second.ctx != c) {

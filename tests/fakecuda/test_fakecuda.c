@@ -77,6 +77,7 @@ static struct api {
   CUresult (*EventDestroy)(CUevent);
   CUresult (*EventRecord)(CUevent, CUstream);
   CUresult (*EventElapsedTime)(float *, CUevent, CUevent);
+  CUresult (*StreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
 } cu;
 
 static void *sym(const char *name) {
@@ -108,6 +109,7 @@ static int load(void) {
   S(MemAlloc), S(MemFree), S(MemcpyHtoD), S(MemcpyDtoH), S(MemcpyDtoD), S(MemsetD8);
   S(EventCreate), S(EventDestroy), S(EventRecord), S(EventElapsedTime);
   S(StreamQuery), S(MemcpyHtoDAsync), S(MemcpyDtoHAsync), S(MemAllocHost), S(MemFreeHost);
+  S(StreamIsCapturing);
 #undef S
   return 1;
 }
@@ -657,6 +659,57 @@ static void reject_cubin_old_driver(void) {
   CHECK_CU(cu.ModuleLoadDataEx(&m, ptx, 0, NULL, NULL), CUDA_SUCCESS);
 }
 
+/* KILN_FAKE_CUDA_CAPTURE=1 (read on every call): every stream reports an
+ * active capture; a module load is refused as during a global-mode capture
+ * and invalidates it (launches then fail too) until the knob is off. */
+static void graph_capture(void) {
+  if (!load()) return;
+  CUcontext c;
+  CUmodule m = NULL;
+  CUfunction f = NULL;
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+  unsigned char elf[512];
+  CHECK_CU(cu.Init(0), CUDA_SUCCESS);
+  CHECK_CU(cu.StreamIsCapturing(NULL, &st), CUDA_ERROR_INVALID_CONTEXT);
+  CHECK_CU(cu.DevicePrimaryCtxRetain(&c, 0), CUDA_SUCCESS);
+  CHECK_CU(cu.CtxPushCurrent(c), CUDA_SUCCESS);
+  CHECK_CU(cu.StreamIsCapturing(NULL, NULL), CUDA_ERROR_INVALID_VALUE);
+  CHECK_CU(cu.StreamIsCapturing(NULL, &st), CUDA_SUCCESS);
+  CHECK(st == CU_STREAM_CAPTURE_STATUS_NONE);
+  make_cubin(elf, 190, 8, 0x6005a04, "kiln_scaled_softmax_fwd_f32_w1");
+  CHECK_CU(cu.ModuleLoadDataEx(&m, elf, 0, NULL, NULL), CUDA_SUCCESS);
+  CHECK_CU(cu.ModuleGetFunction(&f, m, "kiln_scaled_softmax_fwd_f32_w1"), CUDA_SUCCESS);
+
+  setenv("KILN_FAKE_CUDA_CAPTURE", "1", 1);
+  CHECK_CU(cu.StreamIsCapturing((CUstream)(uintptr_t)0x1000, &st), CUDA_SUCCESS);
+  CHECK(st == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  CUmodule m2 = NULL;
+  CHECK_CU(cu.ModuleLoadDataEx(&m2, elf, 0, NULL, NULL), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  CHECK(m2 == NULL);
+  CHECK_CU(cu.StreamIsCapturing(NULL, &st), CUDA_SUCCESS);
+  CHECK(st == CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+  float buf[8] = {0};
+  CUdeviceptr d = upload(buf, sizeof buf);
+  long long rows = 1;
+  int cols = 8;
+  float scale = 1.0f;
+  void *params[] = {&d, &d, &scale, &rows, &cols};
+  CHECK_CU(cu.LaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL),
+           CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  const char *name = NULL;
+  CHECK_CU(cu.GetErrorName(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, &name), CUDA_SUCCESS);
+  CHECK(name && !strcmp(name, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"));
+
+  unsetenv("KILN_FAKE_CUDA_CAPTURE"); /* the capture ended */
+  CHECK_CU(cu.StreamIsCapturing(NULL, &st), CUDA_SUCCESS);
+  CHECK(st == CU_STREAM_CAPTURE_STATUS_NONE);
+  CHECK_CU(cu.ModuleLoadDataEx(&m2, elf, 0, NULL, NULL), CUDA_SUCCESS);
+  setenv("KILN_FAKE_CUDA_CAPTURE", "1", 1); /* a new capture: active, not invalidated */
+  CHECK_CU(cu.StreamIsCapturing(NULL, &st), CUDA_SUCCESS);
+  CHECK(st == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  unsetenv("KILN_FAKE_CUDA_CAPTURE");
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: %s <libkiln_fakecuda.so>\n", argv[0]);
@@ -664,8 +717,8 @@ int main(int argc, char **argv) {
   }
   g_lib = argv[1];
   static const char *const knobs[] = {"KILN_FAKE_CUDA_DEVICES", "KILN_FAKE_CUDA_DRIVER",
-                                      "KILN_FAKE_CUDA_LOG", "KILN_FAKE_CUDA_REJECT",
-                                      "KILN_FAKE_CUDA_WRONG"};
+                                      "KILN_FAKE_CUDA_LOG",     "KILN_FAKE_CUDA_REJECT",
+                                      "KILN_FAKE_CUDA_WRONG",   "KILN_FAKE_CUDA_CAPTURE"};
   for (size_t i = 0; i < sizeof knobs / sizeof *knobs; i++)
     unsetenv(knobs[i]);
   scenario("devices, contexts, memory, events", devices_and_contexts);
@@ -675,6 +728,7 @@ int main(int argc, char **argv) {
   scenario("no device", no_device);
   scenario("a bad knob fails cuInit", bad_knob);
   scenario("KILN_FAKE_CUDA_REJECT=cubin, driver 12.4", reject_cubin_old_driver);
+  scenario("KILN_FAKE_CUDA_CAPTURE: graph capture", graph_capture);
   if (g_failures) fprintf(stderr, "%d failure(s)\n", g_failures);
   return g_failures ? 1 : 0;
 }

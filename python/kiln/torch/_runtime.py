@@ -13,14 +13,14 @@ memory is host memory. Production code keeps the CUDA-only device check.
 from __future__ import annotations
 
 import threading
-from ctypes import byref, c_void_p
+from ctypes import byref, c_int, c_void_p
 
 import torch
 
 from kiln import _lib
 from kiln._lib import lib
 from kiln.api import check
-from kiln.errors import KilnInvalidArgument, KilnUnsupported
+from kiln.errors import KilnError, KilnInvalidArgument, KilnUnsupported
 
 DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 
@@ -118,21 +118,44 @@ def capturing() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
+def _refused_while_capturing(unit: str) -> KilnUnsupported:
+    # The C kernels of the fast path raise the same text (torch/call.c,
+    # kt_capture_refusal): keep the two in step.
+    return KilnUnsupported(
+        f"kiln.torch: unit '{unit}' is not loaded yet and a CUDA graph is being captured "
+        "(loading or building kernels cannot be captured); call kiln.torch.init() before "
+        "capturing",
+        status="KILN_EUNSUPPORTED",
+        code=-12,
+    )
+
+
+def _driver_capturing(h: c_void_p, dev: int) -> bool:
+    """The driver says the stream ops on dev launch on is capturing (libkiln's
+    kiln_loader_stream_capturing; the fake driver's KILN_FAKE_CUDA_CAPTURE)."""
+    s = None
+    if torch.cuda.is_available() and not _cpu_tensors:
+        s = torch.cuda.current_stream(dev).cuda_stream
+    on = c_int(0)
+    return lib.kiln_loader_stream_capturing(byref(on), h, s) == 0 and bool(on.value)
+
+
 def resolve(dev: int, unit: str) -> c_void_p:
     """The loader of dev with unit loaded. Resolving inside a CUDA graph capture
-    is refused: units must be loaded by kiln.torch.init() before capturing."""
+    is refused: units must be loaded by kiln.torch.init() before capturing.
+    torch says so before anything is tried; a capture torch does not see (one
+    begun outside torch) is the driver's refusal of the load, said the same way."""
     h = loader(dev)
     if (dev, unit) in _resolved:
         return h
     if capturing():
-        raise KilnUnsupported(
-            f"kiln.torch: unit '{unit}' is not loaded yet and a CUDA graph is being captured "
-            "(loading or building kernels cannot be captured); call kiln.torch.init() before "
-            "capturing",
-            status="KILN_EUNSUPPORTED",
-            code=-12,
-        )
-    check(lib.kiln_loader_resolve(h, unit.encode()))
+        raise _refused_while_capturing(unit)
+    try:
+        check(lib.kiln_loader_resolve(h, unit.encode()))
+    except KilnError as e:
+        if _driver_capturing(h, dev):
+            raise _refused_while_capturing(unit) from e
+        raise
     _resolved.add((dev, unit))
     return h
 
