@@ -357,11 +357,26 @@ def test_cpu_tensors_are_refused_outside_test_mode():
 
 
 def test_resolving_during_graph_capture_is_refused(monkeypatch):
-    """The Python impls' guard (the C kernels of the fast path resolve on first
-    use too and cannot see a capture: docs/python.md, "The fast path"), so on
-    the Python path here whichever path the run is on."""
-    _runtime._resolved.discard((0, "rope"))
+    """On whichever path the run is on (python.ops: the fast path where torch
+    has the shim; python.ops_fallback: the Python impls): a capture the driver
+    reports (the fake's KILN_FAKE_CUDA_CAPTURE=1) with rope not loaded is
+    KilnUnsupported naming kiln.torch.init(); after init() the op runs."""
+    _runtime.close_all()  # rope unloaded
+    monkeypatch.setenv("KILN_FAKE_CUDA_CAPTURE", "1")
+    with pytest.raises(kiln.KilnUnsupported, match=r"unit 'rope' is not loaded yet .*kiln.torch.init\(\)"):
+        kt.rope(torch.randn(2, 1, 1, 4), torch.zeros(2, 2))
+    monkeypatch.delenv("KILN_FAKE_CUDA_CAPTURE")
+    kt.init("cpu")
+    monkeypatch.setenv("KILN_FAKE_CUDA_CAPTURE", "1")
+    assert kt.rope(torch.randn(2, 1, 1, 4), torch.zeros(2, 2)).shape == (2, 1, 1, 4)
+
+
+def test_a_capture_torch_reports_is_refused_before_any_load(monkeypatch):
+    """The Python impls' guard: torch's own capture flag is checked before
+    the loader is asked (no load is tried, so the capture is not invalidated)."""
+    _runtime.close_all()
     monkeypatch.setattr(_runtime, "capturing", lambda: True)
+    monkeypatch.setattr(_runtime.lib, "kiln_loader_resolve", None)  # any load attempt: TypeError
     _fast.set_enabled(False)
     try:
         with pytest.raises(kiln.KilnUnsupported, match=r"kiln.torch.init\(\)"):

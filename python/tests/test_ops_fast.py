@@ -349,6 +349,54 @@ def test_bad_input_gives_the_same_kiln_error_on_both_paths_and_the_process_goes_
     torch.testing.assert_close(kt.scaled_softmax(torch.zeros(2, 4)), torch.full((2, 4), 0.25))
 
 
+def _capture_refusal(unit: str) -> str:
+    return (
+        f"kiln.torch: unit '{unit}' is not loaded yet and a CUDA graph is being captured (loading "
+        "or building kernels cannot be captured); call kiln.torch.init() before capturing"
+    )
+
+
+def test_first_use_during_a_capture_is_the_same_kiln_unsupported_on_both_paths(monkeypatch):
+    """The fake driver reports a capture (KILN_FAKE_CUDA_CAPTURE=1) that torch
+    does not see: the fast path's C kernel asks libkiln when its launch fails
+    (the load was refused), the Python impl when its resolve fails; both say
+    "call kiln.torch.init()" with the same text. After init() nothing is
+    loaded, so the same calls are captured (run) on both paths."""
+    assert "scaled_softmax" in _fast.ops() and "scaled_masked_softmax_backward" in _fast.ops()
+    x, m = torch.randn(2, 1, 3, 8), torch.zeros(2, 1, 3, 8, dtype=torch.bool)
+    calls = {  # unit -> a call on it (a backward op maps to its forward's unit)
+        "scaled_softmax": lambda: kt.scaled_softmax(torch.randn(2, 8)),
+        "scaled_masked_softmax": lambda: torch.ops.kiln.scaled_masked_softmax_backward(x, x, 1.0),
+    }
+    _runtime.close_all()  # every unit unloaded: the next use loads
+    monkeypatch.setenv("KILN_FAKE_CUDA_CAPTURE", "1")
+    try:
+        for unit, call in calls.items():
+            for fast in (True, False):
+
+                def run():  # type: ignore[no-untyped-def]
+                    with pytest.raises((kiln.KilnUnsupported, RuntimeError)) as e:
+                        call()
+                    return e.value
+
+                err = _on(fast, run)
+                if isinstance(err, kiln.KilnError):
+                    assert err.status == "KILN_EUNSUPPORTED" and err.code == -12, (unit, fast, err)
+                    assert str(err) == _capture_refusal(unit), (unit, fast)
+                else:  # a raw torch.ops call on the fast path: torch's RuntimeError, kiln's text
+                    assert fast and _capture_refusal(unit) in str(err), (unit, err)
+        monkeypatch.delenv("KILN_FAKE_CUDA_CAPTURE")  # the capture ended
+        kt.init("cpu")
+        monkeypatch.setenv("KILN_FAKE_CUDA_CAPTURE", "1")
+        y = {fast: _on(fast, calls["scaled_softmax"]) for fast in (True, False)}
+        assert torch.equal(y[True], y[False])
+        assert _on(True, calls["scaled_masked_softmax"]).shape == x.shape
+        assert kt.scaled_masked_softmax(x, m).shape == x.shape
+    finally:
+        monkeypatch.delenv("KILN_FAKE_CUDA_CAPTURE", raising=False)
+        _fast.set_enabled(True)
+
+
 def test_raw_op_on_the_fast_path_raises_runtime_error_with_kilns_message():
     with pytest.raises(RuntimeError, match=r"kiln.torch: x is torch.float64; kiln ops take"):
         torch.ops.kiln.scaled_softmax(torch.randn(2, 3, dtype=torch.float64), 1.0)
