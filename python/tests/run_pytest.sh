@@ -3,7 +3,8 @@
 #
 #   run_pytest.sh PYTHON SOURCE_DIR LIBKILN KILN_EXE FAKE_LIBCUDA MODULES TEST_FILE...
 #
-# PYTHON is KILN_TEST_PYTHON (scripts/python-env makes one); MODULES the
+# PYTHON is KILN_TEST_PYTHON (scripts/python-env makes one), or --oldest
+# (scripts/python-env --oldest: torch 2.4.1); MODULES the
 # comma-separated modules the files import (pytest,torch). Without such an
 # interpreter the test is skipped (exit 77) with a one-line reason. The
 # package comes from SOURCE_DIR/python, libkiln and the kiln command from the
@@ -14,6 +15,13 @@ set -euo pipefail
 py=$1 src=$2 lib=$3 exe=$4 fakecuda=$5 modules=$6
 shift 6
 
+# PYTHON --oldest: the venv with the oldest torch the package supports,
+# made by scripts/python-env --oldest (or waited for, while scripts/test's
+# background call makes it).
+if [[ $py == --oldest ]]; then
+  py=$("$src/scripts/python-env" --oldest) ||
+    { echo "FAIL: scripts/python-env --oldest could not make the oldest torch's venv (PyPI must be reachable)"; exit 1; }
+fi
 if [[ -z $py || $py == *-NOTFOUND ]]; then
   echo "SKIP: KILN_TEST_PYTHON is not set (configure with -DKILN_TEST_PYTHON=\$(scripts/python-env))"
   exit 77

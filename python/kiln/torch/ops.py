@@ -66,9 +66,12 @@ class _Op:
         name = fn.__name__.lstrip("_")
         try:
             schema = torch.library.infer_schema(fn, mutates_args=())
-        except AttributeError:  # torch < 2.5
+        except AttributeError:  # torch < 2.5, whose infer_schema reads no string annotations
+            import typing
+
             from torch._library.infer_schema import infer_schema
 
+            fn.__annotations__ = typing.get_type_hints(fn)
             schema = infer_schema(fn, mutates_args=())
         _LIB.define(name + schema)
         self.name = name
