@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint  # not imported by torch itself before 2.5
 
 import kiln
 import kiln.torch as kt
@@ -281,8 +282,6 @@ def test_dropout_recomputation_restores_the_mask():
     # torch.utils.checkpoint replays the forward under the saved RNG state
     xx = x.clone().requires_grad_()
     torch.manual_seed(7)
-    import torch.utils.checkpoint  # not imported by torch itself before 2.5
-
     y = torch.utils.checkpoint.checkpoint(lambda t: bda(t, None, r) * 2, xx, use_reentrant=False)
     (g,) = torch.autograd.grad(y.sum(), xx)
     keep = (y.detach() / 2) != r
