@@ -35,6 +35,7 @@ KILN_FAKE_CUDA_HOST_MEMORY=1) with CPU tensors.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import time
@@ -385,11 +386,12 @@ def run_op(name, sp, a, dev, h, s, sync, cuda) -> None:  # type: ignore[no-untyp
     for mode in MODES:
         vals = {c: median(per[c, mode]) for c in COLUMNS}
         base = vals["torch"]
+        # a column with no such path for this op (apex, megatron: softmax only) is "-"
         print(
             f"{mode:10} "
-            + " ".join(f"{vals[c]:9.2f}" for c in COLUMNS)
+            + " ".join(f"{'-':>9}" if math.isnan(vals[c]) else f"{vals[c]:9.2f}" for c in COLUMNS)
             + "   "
-            + " ".join(f"{vals[c] / base:10.2f}x" for c in COLUMNS[1:])
+            + " ".join(f"{'-':>11}" if math.isnan(vals[c]) else f"{vals[c] / base:10.2f}x" for c in COLUMNS[1:])
         )
 
 
