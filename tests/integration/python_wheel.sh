@@ -129,7 +129,9 @@ log "pytest: $(tail -1 "$OUT")"
 log "the installed package's fast path: its libkiln_torch, torch's shim"
 masked env -C "$T" "$vpy" -c 'import kiln.torch as kt; i = kt.info(); print(i["fast"], len(i["c_ops"]))' \
   >"$OUT" 2>"$ERR" || fail "kiln.torch.info() failed: $(tail -3 "$ERR")"
-expect_eq "$(tail -1 "$OUT")" "True 14" "kiln.torch.info(): the fast path and its ops"
+# every kiln:: op but philox_seed_offset (docs/python.md, "The fast path"):
+# the test venv's torch has every optional shim symbol
+expect_eq "$(tail -1 "$OUT")" "True 23" "kiln.torch.info(): the fast path and its ops"
 
 printf '%s: wheel %s KiB, built in %s s (%s, toolkit hidden); installed %s KiB\n' "$TEST_NAME" \
   "$(($(stat -c %s "$whl") / 1024))" "$wheel_s" "$reused" "$installed_kib"
