@@ -385,13 +385,18 @@ int kt_rows_cols(kt_call *c, const kt_arg *x, long long *rows, int *cols) {
   return 0;
 }
 
-/* ops.py _match: a gradient has its tensor's dtype, shape and device */
-int kt_same_shape(const kt_arg *a, const kt_arg *b) {
-  int same = a->dim == b->dim;
-  for (int64_t i = 0; same && i < a->dim; i++)
-    same = a->sizes[i] == b->sizes[i];
+int kt_sizes_are(const kt_arg *t, int64_t dim, const int64_t *sizes) {
+  int same = t->dim == dim;
+  for (int64_t i = 0; same && i < dim; i++)
+    same = t->sizes[i] == sizes[i];
   return same;
 }
+
+int kt_same_shape(const kt_arg *a, const kt_arg *b) {
+  return kt_sizes_are(a, b->dim, b->sizes);
+}
+
+/* ops.py _match: a gradient has its tensor's dtype, shape and device */
 
 int kt_match(kt_call *c, const char *ref_name, const kt_arg *ref, const char *name,
              const kt_arg *t) {
@@ -405,10 +410,7 @@ int kt_match(kt_call *c, const char *ref_name, const kt_arg *ref, const char *na
 
 int kt_float32(kt_call *c, const char *op, const char *name, const kt_arg *t, int64_t dim,
                const int64_t *sizes, const kt_arg *like) {
-  int ok = t->dtype == kt_f32 && t->dim == dim && kt_same_device(t, like);
-  for (int64_t i = 0; ok && i < dim; i++)
-    ok = t->sizes[i] == sizes[i];
-  if (ok) return 0;
+  if (t->dtype == kt_f32 && kt_same_device(t, like) && kt_sizes_are(t, dim, sizes)) return 0;
   char td[48], ts[256], tv[48], ws[256], lv[48];
   return kt_fail(c, "kiln.torch.%s: %s is %s %s on %s; want float32 %s on %s", op, name,
                  kt_dtype(td, sizeof td, t), KT_SHAPE(ts, t), kt_device(tv, sizeof tv, t),

@@ -118,9 +118,11 @@ int kt_workspace(kt_call *c, size_t nbytes, const kt_arg *like, void **out);
  * empty batch, outputs already made) or an error; 0 with c->l and c->s the
  * loader and stream of like's device. */
 int kt_skip(kt_call *c, const kt_arg *like, long long count);
-/* a and b have the same device (torch.device equality), the same shape */
+/* a and b have the same device (torch.device equality), the same shape; t
+ * has shape [dim]sizes */
 int kt_same_device(const kt_arg *a, const kt_arg *b);
 int kt_same_shape(const kt_arg *a, const kt_arg *b);
+int kt_sizes_are(const kt_arg *t, int64_t dim, const int64_t *sizes);
 int64_t kt_numel(const kt_arg *a);
 
 /* what a row-wise op's body works out before its launch: x's rows and

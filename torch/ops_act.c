@@ -77,10 +77,7 @@ static void bias_swiglu(kt_call *c) {
 
 /* dy is x's dtype, shape half and device (ops.py's message) */
 static int swiglu_dy(kt_call *c, const kt_arg *dy, const kt_arg *x, const int64_t *half) {
-  int fits = dy->dim == x->dim && dy->dtype == x->dtype && kt_same_device(dy, x);
-  for (int64_t i = 0; fits && i < dy->dim; i++)
-    fits = dy->sizes[i] == half[i];
-  if (fits) return 0;
+  if (dy->dtype == x->dtype && kt_same_device(dy, x) && kt_sizes_are(dy, x->dim, half)) return 0;
   char d1[48], d2[48], s1[256], s2[256], s3[256], v1[48], v2[48];
   return kt_fail(c,
                  "kiln.torch.bias_swiglu_backward: dy is %s %s on %s; want %s %s on %s (x %s "
