@@ -88,15 +88,8 @@ class _Op:
         _OPS.append(self)
 
     def __call__(self, *args):  # type: ignore[no-untyped-def]
-        fn = self._fn
-        if fn is None:
-            if not self._c:
-                return self._op(*args)
-            try:  # a C kernel with no autograd formula (cross_entropy_stats)
-                return self._op(*args)
-            except RuntimeError as e:
-                raise _fast.kiln_error(e) from None
-        if _grad_enabled():
+        fn = self._fn  # set only on the fast path, for an op with a formula
+        if fn is not None and _grad_enabled():
             for i in self._tensors:
                 a = args[i]
                 if a is not None and a.requires_grad:
@@ -104,6 +97,8 @@ class _Op:
                         return fn.apply(*args)
                     except RuntimeError as e:
                         raise _fast.kiln_error(e) from None
+        if not self._c:  # the Python impl raises kiln's errors itself
+            return self._op(*args)
         try:
             return self._op(*args)
         except RuntimeError as e:
