@@ -19,15 +19,25 @@ microseconds per call:
   megatron  (scaled_softmax only) megatron-core's FusedScaleMaskSoftmax (its
             autograd Function around the scaled_softmax_cuda extension, which
             kiln.megatron provides on kiln's op)
+  function  (scaled_softmax only) a torch.autograd.Function around torch's
+            own softmax and its backward (torch._softmax_backward_data): what
+            any op whose gradient comes from a Python autograd Function
+            costs at least, the floor under kiln's grad and fwd+bwd columns
+            (a package with no C++ build against torch has no other way to
+            give an op its gradient)
 in four modes: nograd (the input does not require grad), grad (it does;
 forward only), inference (under torch.inference_mode), fwd+bwd (forward and
 backward). kiln's figures are overhead: the call minus the C launchers' own
 time (the forward launcher, + the backward one in fwd+bwd, timed in the same
-round), which on the fake driver includes the emulated kernel; torch's is the
+round through ctypes, less ctypes' own cost: the same call with a NULL
+loader, which returns at its first check); torch's and function's are the
 whole call. Each is the median over the rounds, printed with its ratio to
-torch in the same mode. Runs on CUDA tensors when
-a GPU is there, else on the fake driver (KILN_CUDA_LIBRARY,
-KILN_FAKE_CUDA_HOST_MEMORY=1) with CPU tensors.
+torch in the same mode. Runs on CUDA tensors when a GPU is there, else on
+the fake driver (KILN_CUDA_LIBRARY, KILN_FAKE_CUDA_HOST_MEMORY=1) with CPU
+tensors: every path's result is checked against torch's first, then the
+timing runs with KILN_FAKE_CUDA_RUN=0 (the fake driver validates each
+launch and skips the emulated kernel, whose tens of microseconds drift by
+more than the overheads measured).
 
   bench/torch_overhead.py [--op NAME|all] [--calls 200] [--rounds 41]
 """
@@ -50,7 +60,7 @@ from kiln.torch import _fast
 from kiln.torch import _runtime as rt
 
 MODES = ("nograd", "grad", "inference", "fwd+bwd")
-COLUMNS = ("torch", "fast", "fallback", "apex", "megatron")
+COLUMNS = ("torch", "fast", "fallback", "apex", "megatron", "function")
 
 
 def per_call_us(fn, calls: int, sync, mode: str) -> float:
@@ -276,15 +286,16 @@ def main() -> None:
     h = rt.loader(rt.ordinal(dev))
     s = rt.stream(torch.empty(0, device=dev))
     table = specs(dev, h, s)
+    nulls = specs(dev, None, s)  # the same launcher calls with a NULL loader: ctypes' own cost
     names = list(table) if a.op == "all" else [a.op]
     for name in names:
         if name not in table:
             raise SystemExit(f"torch_overhead: --op {name}: want one of {', '.join(table)} or all")
     for name in names:
-        run_op(name, table[name](), a, dev, h, s, sync, cuda)
+        run_op(name, table[name](), nulls[name](), a, dev, h, s, sync, cuda)
 
 
-def run_op(name, sp, a, dev, h, s, sync, cuda) -> None:  # type: ignore[no-untyped-def]
+def run_op(name, sp, null, a, dev, h, s, sync, cuda) -> None:  # type: ignore[no-untyped-def]
     """One op's table: every column in every mode, interleaved rounds."""
     x0 = sp.args[0]
     rows, cols = 1, 16
@@ -310,6 +321,18 @@ def run_op(name, sp, a, dev, h, s, sync, cuda) -> None:  # type: ignore[no-untyp
             )
             return dx, None
 
+    class TorchFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):  # type: ignore[no-untyped-def]
+            y = torch.softmax(x, -1)
+            ctx.save_for_backward(y)
+            return y
+
+        @staticmethod
+        def backward(ctx, dy):  # type: ignore[no-untyped-def]
+            (y,) = ctx.saved_tensors
+            return torch._softmax_backward_data(dy, y, -1, y.dtype)
+
     softmax = name == "scaled_softmax"
     mega = megatron_softmax() if softmax else None
     fwd = {
@@ -318,6 +341,7 @@ def run_op(name, sp, a, dev, h, s, sync, cuda) -> None:  # type: ignore[no-untyp
         "fallback": sp.kiln_fn,
         "apex": (lambda t: ApexStyle.apply(t, 1.0)) if softmax else None,
         "megatron": (lambda t: mega(t, None)) if mega is not None else None,
+        "function": TorchFunction.apply if softmax else None,
     }
     out0 = sp.torch_fn(*sp.args)
     g = torch.randn_like(out0) if out0.dim() else torch.ones_like(out0)
@@ -332,7 +356,7 @@ def run_op(name, sp, a, dev, h, s, sync, cuda) -> None:  # type: ignore[no-untyp
             return lambda: f(*sp.args_grad).backward(g)
         return lambda: f(*sp.args)
 
-    for n in ("fast", "fallback", "apex", "megatron"):  # the same numbers on every path
+    for n in COLUMNS[1:]:  # the same numbers on every path
         if fwd[n] is not None and sp.exact:
             _fast.set_enabled(n != "fallback")
             want = sp.torch_fn(*sp.args).float()
@@ -342,7 +366,14 @@ def run_op(name, sp, a, dev, h, s, sync, cuda) -> None:  # type: ignore[no-untyp
             _fast.set_enabled(on)
             x, b, q = sp.args
             torch.testing.assert_close(kt.bias_dropout_add(x, b, q, 0.0), q + (x + b))
+    if softmax:  # the function column's gradient is torch's
+        xg = sp.args_grad[0]
+        (want,) = torch.autograd.grad(torch.softmax(xg, -1), xg, g)
+        (got,) = torch.autograd.grad(TorchFunction.apply(xg), xg, g)
+        torch.testing.assert_close(got, want)
     _fast.set_enabled(True)
+    if not cuda:  # results checked: from here on the fake driver validates launches, runs none
+        os.environ["KILN_FAKE_CUDA_RUN"] = "0"
 
     # Per round and mode, the launchers are timed next to the calls and each
     # column's overhead is its call minus them in that round; the median over
@@ -353,8 +384,10 @@ def run_op(name, sp, a, dev, h, s, sync, cuda) -> None:  # type: ignore[no-untyp
     launches: dict[str, list[float]] = {"fwd": [], "bwd": []}
     for _ in range(a.rounds):
         for mode in MODES:
-            lf = per_call_us(launch_fwd, a.calls, sync, "nograd")
-            lb = per_call_us(launch_bwd, a.calls, sync, "nograd") if mode == "fwd+bwd" else 0.0
+            lf = per_call_us(launch_fwd, a.calls, sync, "nograd") - per_call_us(null.fwd, a.calls, sync, "nograd")
+            lb = 0.0
+            if mode == "fwd+bwd":
+                lb = per_call_us(launch_bwd, a.calls, sync, "nograd") - per_call_us(null.bwd, a.calls, sync, "nograd")
             launches["fwd"].append(lf)
             if mode == "fwd+bwd":
                 launches["bwd"].append(lb)
@@ -366,7 +399,7 @@ def run_op(name, sp, a, dev, h, s, sync, cuda) -> None:  # type: ignore[no-untyp
                 for _ in range(5):
                     fn()
                 t = per_call_us(fn, a.calls, sync, mode)
-                per[col, mode].append(t if col == "torch" else t - lf - lb)
+                per[col, mode].append(t if col in ("torch", "function") else t - lf - lb)
             _fast.set_enabled(True)
 
     def median(v: list[float]) -> float:
@@ -380,7 +413,10 @@ def run_op(name, sp, a, dev, h, s, sync, cuda) -> None:  # type: ignore[no-untyp
         f"{name} {x0.dtype} {list(x0.shape)}, fast path: {_fast.info()['reason']}"
     )
     print(f"# {a.calls} calls per timing, {a.rounds} interleaved rounds, {torch.get_num_threads()} intra-op thread(s), median of each (kiln: call - launchers of its round), microseconds per call; load {load:.2f}")
-    print(f"# launchers alone (medians): forward {lf:.2f}, backward {lb:.2f} (subtracted from kiln's columns: overhead)")
+    print(
+        f"# launchers' own time (medians, ctypes' cost taken off): forward {lf:.2f}, backward {lb:.2f} "
+        f"(subtracted from kiln's columns: overhead){'' if cuda else '; KILN_FAKE_CUDA_RUN=0: kernels validated, not run'}"
+    )
     print(f"# op {name}")
     print(f"{'mode':10} " + " ".join(f"{c:>9}" for c in COLUMNS) + "   " + " ".join(f"{c + '/t':>11}" for c in COLUMNS[1:]))
     for mode in MODES:

@@ -227,6 +227,43 @@ def test_fast_path_never_enters_the_python_impl():
     assert entered(False) == set(impls.values())
 
 
+def test_eager_calls_reach_the_c_kernel_past_the_opoverload_and_dynamo_sees_the_opoverload(monkeypatch):
+    """An eager call (forward, with grad, backward) calls the op's C++
+    callable directly: neither OpOverload.__call__ nor _Op.traced runs. While
+    Dynamo traces (is_dynamo_compiling() true) every call goes through
+    traced() and the OpOverload, which Dynamo can trace; ops_compile checks
+    that torch.compile(fullgraph=True) does."""
+    if kops._dynamo_compiling is None:
+        pytest.skip("this torch has no torch.compiler.is_dynamo_compiling: every call is traced()")
+    codes = {torch._ops.OpOverload.__call__.__code__: "OpOverload", kops._Op.traced.__code__: "traced"}
+
+    def entered() -> dict[str, int]:
+        seen = {"OpOverload": 0, "traced": 0}
+
+        def prof(frame, event, arg):  # type: ignore[no-untyped-def]
+            if event == "call" and frame.f_code in codes:
+                seen[codes[frame.f_code]] += 1
+
+        sys.setprofile(prof)
+        try:
+            for _, fn in _cases():
+                fn()
+        finally:
+            sys.setprofile(None)
+        return seen
+
+    assert entered() == {"OpOverload": 0, "traced": 0}
+    monkeypatch.setattr(kops, "_dynamo_compiling", lambda: True)
+    kops._register()
+    try:
+        seen = entered()
+    finally:
+        monkeypatch.undo()
+        kops._register()
+    assert seen["traced"] > 0 and seen["OpOverload"] >= seen["traced"], seen
+    assert entered() == {"OpOverload": 0, "traced": 0}
+
+
 def _bad_calls():
     x, w = torch.randn(4, 16), torch.ones(16)
     mean, rstd = torch.zeros(4), torch.ones(4)

@@ -436,6 +436,14 @@ void perturb(const launch_plan &pl) {
 
 } // namespace
 
+/* KILN_FAKE_CUDA_RUN, read on every launch like KILN_FAKE_CUDA_CAPTURE, so a
+ * benchmark can check results with it unset and then time the host's side
+ * alone: "0" validates a launch (plan, buffers) and skips the emulated kernel. */
+static bool run_kernels() {
+  const char *v = getenv("KILN_FAKE_CUDA_RUN");
+  return !v || strcmp(v, "0");
+}
+
 CUresult fake_LaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                            unsigned by, unsigned bz, unsigned shmem, CUstream, void **params,
                            void **extra) {
@@ -475,6 +483,10 @@ CUresult fake_LaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, 
   if (!why.empty()) {
     log_line("launch fail %s %s", e.name, why.c_str());
     return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (!run_kernels()) { /* KILN_FAKE_CUDA_RUN=0: validated, not run (host-cost benchmarks) */
+    log_line("launch %s grid=%u block=%u (not run)", e.name, gx, bx);
+    return CUDA_SUCCESS;
   }
   kiln_emu::launch_options opt;
   opt.grid = gx;

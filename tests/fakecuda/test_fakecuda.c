@@ -457,6 +457,26 @@ static void images_and_launches(void) {
   for (int i = 1; i < kRows * kCols; i++)
     CHECK(close_to(y[i], want[i]));
 
+  /* KILN_FAKE_CUDA_RUN=0 (read on every launch): validated as before, not
+   * run (the output keeps what it held), logged as not run; unset: runs again. */
+  const float mark = 12345.f;
+  float marks[kRows * kCols];
+  for (int i = 0; i < kRows * kCols; i++)
+    marks[i] = mark;
+  CHECK_CU(cu.MemcpyHtoD(dy, marks, bytes), CUDA_SUCCESS);
+  setenv("KILN_FAKE_CUDA_RUN", "0", 1);
+  CHECK_CU(fwd(f1, 1, 128, dy, dx, kRows, kCols, 1.f), CUDA_SUCCESS);
+  CHECK_CU(fwd(f1, 1, 256, dy, dx, kRows, kCols, 1.f), CUDA_ERROR_INVALID_VALUE);
+  CHECK_CU(fwd(f1, 1, 128, small, dx, kRows, kCols, 1.f), CUDA_ERROR_INVALID_VALUE);
+  CHECK_CU(cu.MemcpyDtoH(y, dy, bytes), CUDA_SUCCESS);
+  for (int i = 0; i < kRows * kCols; i++)
+    CHECK(y[i] == mark);
+  unsetenv("KILN_FAKE_CUDA_RUN");
+  CHECK_CU(fwd(f1, 1, 128, dy, dx, kRows, kCols, 1.f), CUDA_SUCCESS);
+  CHECK_CU(cu.MemcpyDtoH(y, dy, bytes), CUDA_SUCCESS);
+  for (int i = 0; i < kRows * kCols; i++)
+    CHECK(close_to(y[i], want[i]));
+
   CHECK_CU(cu.ModuleUnload(m), CUDA_SUCCESS);
   CHECK_CU(fwd(f1, 1, 128, dy, dx, kRows, kCols, 1.f), CUDA_ERROR_INVALID_HANDLE);
 
@@ -475,6 +495,7 @@ static void images_and_launches(void) {
   CHECK(log_has("\nlaunch fail kiln_scaled_softmax_fwd_f32_w1 block 256x1x1"));
   CHECK(log_has("\nwrong kiln_scaled_softmax_fwd_f32_w2 "));
   CHECK(log_has("\nlaunch kiln_scaled_softmax_fwd_f32_w2 grid=1 block=128\n"));
+  CHECK(log_has("\nlaunch kiln_scaled_softmax_fwd_f32_w1 grid=1 block=128 (not run)\n"));
   unlink(g_log);
 }
 
@@ -718,7 +739,8 @@ int main(int argc, char **argv) {
   g_lib = argv[1];
   static const char *const knobs[] = {"KILN_FAKE_CUDA_DEVICES", "KILN_FAKE_CUDA_DRIVER",
                                       "KILN_FAKE_CUDA_LOG",     "KILN_FAKE_CUDA_REJECT",
-                                      "KILN_FAKE_CUDA_WRONG",   "KILN_FAKE_CUDA_CAPTURE"};
+                                      "KILN_FAKE_CUDA_WRONG",   "KILN_FAKE_CUDA_CAPTURE",
+                                      "KILN_FAKE_CUDA_RUN"};
   for (size_t i = 0; i < sizeof knobs / sizeof *knobs; i++)
     unsetenv(knobs[i]);
   scenario("devices, contexts, memory, events", devices_and_contexts);

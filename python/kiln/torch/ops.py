@@ -46,6 +46,9 @@ _OPS: list[_Op] = []
 # whenever the path or the CPU-tensor test mode changes.
 _impls: dict[str, object] = {}
 _grad_enabled = torch.is_grad_enabled
+# False in eager, folded to True by Dynamo as it traces (torch >= 2.3; None
+# before: the ops are then always called through their OpOverload)
+_dynamo_compiling = getattr(getattr(torch, "compiler", None), "is_dynamo_compiling", None)
 
 
 class _Op:
@@ -82,12 +85,18 @@ class _Op:
         self._function = None  # the autograd.Function of the fast path
         self._fn = None  # _function while this op is on the fast path
         self._c = False  # this op runs its C kernel (the fast path)
+        self.call = self.traced  # the eager call, made for the path by _register()
         self._tensors = tuple(
             i for i, a in enumerate(self._op._schema.arguments) if a.type.isSubtypeOf(torch._C.OptionalType.ofTensor())
         )
         _OPS.append(self)
 
     def __call__(self, *args):  # type: ignore[no-untyped-def]
+        return self.call(*args)
+
+    def traced(self, *args):  # type: ignore[no-untyped-def]
+        """The call through the OpOverload: what torch.compile (Dynamo) must
+        see, and the call before _register()."""
         fn = self._fn  # set only on the fast path, for an op with a formula
         if fn is not None and _grad_enabled():
             for i in self._tensors:
@@ -104,6 +113,62 @@ class _Op:
         except RuntimeError as e:
             raise _fast.kiln_error(e) from None
 
+    def _direct(self):  # type: ignore[no-untyped-def]
+        """The OpOverload's C++ callable, or None where calling it directly
+        would not be the OpOverload's call (see _make_call)."""
+        if _dynamo_compiling is None or getattr(self._op, "_pyobj_dispatcher", None) is not None:
+            return None
+        return getattr(self._op, "_op", None)
+
+    def _make_call(self):  # type: ignore[no-untyped-def]
+        """The eager call: traced()'s behaviour with less Python per call
+        (bench/torch_overhead.py). The OpOverload's C++ callable (its _op,
+        which OpOverload.__call__ only forwards to while torch's PyObject
+        dispatch is off for the op, as it is for kiln's) is called directly,
+        and the op's tensor slots are looked up once. Dynamo cannot trace
+        that callable, so under torch.compile (is_dynamo_compiling(), which
+        Dynamo folds to True) the call is traced()."""
+        op = self._direct()
+        if op is None:
+            return self.traced
+        dynamo = _dynamo_compiling
+        traced = self.traced
+        if not self._c:  # the Python impl and register_autograd's kernel do it all
+
+            def call_py(*args):  # type: ignore[no-untyped-def]
+                return traced(*args) if dynamo() else op(*args)
+
+            return call_py
+        kiln_error = _fast.kiln_error
+        fn = self._fn
+        if fn is None:
+
+            def call_c(*args):  # type: ignore[no-untyped-def]
+                if dynamo():
+                    return traced(*args)
+                try:
+                    return op(*args)
+                except RuntimeError as e:
+                    raise kiln_error(e) from None
+
+            return call_c
+        apply, tensors, grad = fn.apply, self._tensors, _grad_enabled
+
+        def call_c_grad(*args):  # type: ignore[no-untyped-def]
+            if dynamo():
+                return traced(*args)
+            try:
+                if grad():
+                    for i in tensors:
+                        a = args[i]
+                        if a is not None and a.requires_grad:
+                            return apply(*args)
+                return op(*args)
+            except RuntimeError as e:
+                raise kiln_error(e) from None
+
+        return call_c_grad
+
     def register_fake(self, fn):  # type: ignore[no-untyped-def]
         torch.library.register_fake(self.qualname, fn, lib=_LIB)
         return fn
@@ -117,13 +182,13 @@ class _Op:
         a kernel of)."""
         if self._function is None and self._autograd is not None:
             backward, setup = self._autograd
-            op = self._op
+            op, direct = self._op, self._direct()
 
             # forward(ctx, ...) running setup itself, not a setup_context
             # staticmethod: with one, Function.apply binds the arguments
             # through inspect.signature on every call (tens of microseconds)
             def forward(ctx, *args):  # type: ignore[no-untyped-def]
-                out = op(*args)
+                out = op(*args) if direct is None or _dynamo_compiling() else direct(*args)  # type: ignore[misc]
                 setup(ctx, args, out)
                 return out
 
@@ -163,6 +228,7 @@ def _register() -> None:
             py.impl(op.name, torch.library.fallthrough_kernel, "Autograd")
         op._fn = op.function() if c else None
         op._c = c
+        op.call = op._make_call()
     _impls["py"] = py
     _impls["c_cuda"] = _fast.register("CUDA", c_cuda)
     _impls["c_cpu"] = _fast.register("CPU", c_cpu)
@@ -1197,30 +1263,30 @@ _register()
 def scaled_softmax(x: Tensor, scale: float = 1.0) -> Tensor:
     """softmax(scale * x) over the last dimension (Megatron's
     ScaledSoftmax). x: [..., cols], float32/float16/bfloat16."""
-    return _scaled_softmax(x, float(scale))
+    return _scaled_softmax.call(x, float(scale))
 
 
 def scaled_masked_softmax(x: Tensor, mask: Tensor, scale: float = 1.0) -> Tensor:
     """softmax(scale * x) with masked positions (mask != 0, True = masked)
     excluded: x [b, heads, sq, sk], mask [b or 1, 1, sq, sk] bool or uint8.
     A fully masked row is all zeros (torch gives NaN)."""
-    return _scaled_masked_softmax(x, mask, float(scale))
+    return _scaled_masked_softmax.call(x, mask, float(scale))
 
 
 def scaled_upper_triang_masked_softmax(x: Tensor, scale: float = 1.0) -> Tensor:
     """Causal softmax(scale * x): x [attn_batches, sq, sk], key j > query i masked."""
-    return _scaled_upper_triang_masked_softmax(x, float(scale))
+    return _scaled_upper_triang_masked_softmax.call(x, float(scale))
 
 
 def layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Tensor:
     """F.layer_norm over the last dimension. weight, bias: [cols], float32 or x's dtype."""
-    return _layer_norm(x, weight, bias, float(eps))[0]
+    return _layer_norm.call(x, weight, bias, float(eps))[0]
 
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-5) -> Tensor:
     """x * rsqrt(mean(x^2) + eps) * weight over the last dimension. weight:
     [cols], float32 or x's dtype."""
-    return _rms_norm(x, weight, float(eps))[0]
+    return _rms_norm.call(x, weight, float(eps))[0]
 
 
 def embedding(
@@ -1242,18 +1308,18 @@ def embedding(
     vocab_start = int_arg("kiln.torch.embedding: vocab_start", vocab_start, 0, _I64_MAX)
     vs = vocab_start + weight.shape[0] if vocab_size is None else vocab_size
     vs = int_arg("kiln.torch.embedding: vocab_size", vs, 0, _I64_MAX)
-    return _embedding(ids, weight, vocab_start, vs, bool(sync_check))
+    return _embedding.call(ids, weight, vocab_start, vs, bool(sync_check))
 
 
 def bias_gelu(x: Tensor, bias: Tensor | None = None) -> Tensor:
     """gelu(x + bias, approximate="tanh"); bias [cols] or None."""
-    return _bias_gelu(x, bias)
+    return _bias_gelu.call(x, bias)
 
 
 def bias_swiglu(x: Tensor, bias: Tensor | None = None) -> Tensor:
     """silu(a + bias_a) * (b + bias_b) with x = [a | b] on the last dimension
     ([..., 2c] -> [..., c]); bias [2c] or None."""
-    return _bias_swiglu(x, bias)
+    return _bias_swiglu.call(x, bias)
 
 
 def bias_dropout_add(
@@ -1268,7 +1334,7 @@ def bias_dropout_add(
         so = torch.zeros(2, dtype=torch.int64)
     else:
         so = _philox_seed_offset(x)
-    return _bias_dropout_add(x, bias, residual, float(p), bool(training), so)
+    return _bias_dropout_add.call(x, bias, residual, float(p), bool(training), so)
 
 
 def rope(x: Tensor, angles: Tensor, layout: str = "sbhd", interleaved: bool = False) -> Tensor:
@@ -1277,7 +1343,7 @@ def rope(x: Tensor, angles: Tensor, layout: str = "sbhd", interleaved: bool = Fa
     at each position. The first rot_dim features of each head are rotated:
     pairs (i, i + rot_dim/2) (rotate-half: GPT-NeoX, Llama) or (2i, 2i+1)
     with interleaved=True (GPT-J); the rest are copied."""
-    return _rope(x, angles, layout, bool(interleaved))
+    return _rope.call(x, angles, layout, bool(interleaved))
 
 
 def cross_entropy(
@@ -1310,7 +1376,7 @@ def cross_entropy(
     if tp:
         loss = _CrossEntropyTP.apply(logits, target, ignore_index, group, vocab_start, sync_check)
     else:
-        loss = _cross_entropy(logits, target, ignore_index, bool(sync_check))[0]
+        loss = _cross_entropy.call(logits, target, ignore_index, bool(sync_check))[0]
     if reduction == "none":
         return loss
     if reduction == "sum":
