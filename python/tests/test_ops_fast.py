@@ -264,6 +264,53 @@ def test_eager_calls_reach_the_c_kernel_past_the_opoverload_and_dynamo_sees_the_
     assert entered() == {"OpOverload": 0, "traced": 0}
 
 
+def test_dropouts_draw_runs_in_place_eagerly_and_is_an_op_under_a_dispatch_mode():
+    """bias_dropout_add's (seed, offset) draw, the one op left in Python, runs
+    its impl in place in eager (no dispatcher round trip), with the same
+    draws as through the op; under a TorchDispatchMode (make_fx, export, a
+    profiler mode) it is still the kiln::philox_seed_offset op."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    if kops._dynamo_compiling is None:
+        pytest.skip("this torch has no torch.compiler.is_dynamo_compiling: every call is traced()")
+    impl = kops._philox_seed_offset._init_fn.__code__
+    callers: list[str] = []
+
+    def prof(frame, event, arg):  # type: ignore[no-untyped-def]
+        if event == "call" and frame.f_code is impl:
+            callers.append(frame.f_back.f_code.co_name)
+
+    x, b, r = torch.randn(2, 16), torch.randn(16), torch.randn(2, 16)
+    torch.manual_seed(7)
+    sys.setprofile(prof)
+    try:
+        eager = kt.bias_dropout_add(x, b, r, 0.5)
+    finally:
+        sys.setprofile(None)
+    assert callers == ["call_impl"], callers
+    torch.manual_seed(7)
+    assert torch.equal(kt.bias_dropout_add(x, b, r, 0.5), eager)
+    torch.manual_seed(7)
+    through_op = [torch.ops.kiln.philox_seed_offset(x) for _ in range(2)]
+    torch.manual_seed(7)
+    in_place = [kops._philox_seed_offset.call(x) for _ in range(2)]
+    assert all(torch.equal(a, c) for a, c in zip(through_op, in_place)), (through_op, in_place)
+    assert not torch.equal(in_place[0], in_place[1])  # each draw advances the generator
+
+    seen: list[str] = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(7)
+    with Record():
+        moded = kt.bias_dropout_add(x, b, r, 0.5)
+    assert "kiln.philox_seed_offset.default" in seen, seen
+    assert torch.equal(moded, eager)
+
+
 def _bad_calls():
     x, w = torch.randn(4, 16), torch.ones(16)
     mean, rstd = torch.zeros(4), torch.ones(4)

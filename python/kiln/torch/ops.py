@@ -86,6 +86,9 @@ class _Op:
         self._fn = None  # _function while this op is on the fast path
         self._c = False  # this op runs its C kernel (the fast path)
         self.call = self.traced  # the eager call, made for the path by _register()
+        # an op with no C kernel and no formula whose eager call may run its
+        # Python impl in place, not through the dispatcher (philox_seed_offset)
+        self.eager_impl = False
         self._tensors = tuple(
             i for i, a in enumerate(self._op._schema.arguments) if a.type.isSubtypeOf(torch._C.OptionalType.ofTensor())
         )
@@ -133,6 +136,19 @@ class _Op:
             return self.traced
         dynamo = _dynamo_compiling
         traced = self.traced
+        if not self._c and self.eager_impl:
+            impl, tensors, plain = self._init_fn, self._tensors, torch.Tensor
+            dispatch_modes, function_mode = torch._C._len_torch_dispatch_stack, torch._C._is_torch_function_mode_enabled
+
+            def call_impl(*args):  # type: ignore[no-untyped-def]
+                if dynamo() or dispatch_modes() or function_mode():
+                    return traced(*args)
+                for i in tensors:
+                    if type(args[i]) is not plain:  # a subclass (DTensor, FakeTensor) dispatches
+                        return op(*args)
+                return impl(*args)
+
+            return call_impl
         if not self._c:  # the Python impl and register_autograd's kernel do it all
 
             def call_py(*args):  # type: ignore[no-untyped-def]
@@ -916,6 +932,12 @@ def _philox_seed_offset(like: Tensor) -> Tensor:
     return torch.tensor([seed & (2**63 - 1), offset], dtype=torch.int64)
 
 
+# Eager calls run the draw in place (no dispatcher round trip into Python:
+# most of bias_dropout_add's cost on the fast path); torch.compile, dispatch
+# and function modes and tensor subclasses still see the op.
+_philox_seed_offset.eager_impl = True
+
+
 @_philox_seed_offset.register_fake
 def _(like):  # type: ignore[no-untyped-def]
     return torch.empty(2, dtype=torch.int64, device="cpu")
@@ -1333,7 +1355,7 @@ def bias_dropout_add(
     if not training or p == 0.0:
         so = torch.zeros(2, dtype=torch.int64)
     else:
-        so = _philox_seed_offset(x)
+        so = _philox_seed_offset.call(x)
     return _bias_dropout_add.call(x, bias, residual, float(p), bool(training), so)
 
 
