@@ -11,6 +11,10 @@ microseconds per call:
   fast      kiln.torch.<op> on the fast path (the C kernel of
             libkiln_torch, registered through torch's stable C shim; a
             torch.autograd.Function only when the input requires grad)
+  boxed     (scaled_softmax only; no grad and inference) the fast path's op
+            called through the OpOverload's C++ callable with no kiln Python
+            around it: torch's boxed call into a kernel registered through
+            its stable C shim, what kiln's Python adds to is this
   fallback  the same call on the Python path (KILN_TORCH_FAST=0's: the Python
             impl, with register_autograd's autograd kernel)
   apex      (scaled_softmax only) an Apex-style call: a
@@ -60,7 +64,7 @@ from kiln.torch import _fast
 from kiln.torch import _runtime as rt
 
 MODES = ("nograd", "grad", "inference", "fwd+bwd")
-COLUMNS = ("torch", "fast", "fallback", "apex", "megatron", "function")
+COLUMNS = ("torch", "fast", "boxed", "fallback", "apex", "megatron", "function")
 
 
 def per_call_us(fn, calls: int, sync, mode: str) -> float:
@@ -338,6 +342,7 @@ def run_op(name, sp, null, a, dev, h, s, sync, cuda) -> None:  # type: ignore[no
     fwd = {
         "torch": sp.torch_fn,
         "fast": sp.kiln_fn,
+        "boxed": (lambda t: torch.ops.kiln.scaled_softmax.default._op(t, 1.0)) if softmax and _fast.active() else None,
         "fallback": sp.kiln_fn,
         "apex": (lambda t: ApexStyle.apply(t, 1.0)) if softmax else None,
         "megatron": (lambda t: mega(t, None)) if mega is not None else None,
@@ -348,7 +353,7 @@ def run_op(name, sp, null, a, dev, h, s, sync, cuda) -> None:  # type: ignore[no
 
     def call(col: str, mode: str):  # type: ignore[no-untyped-def]
         f = fwd[col]
-        if f is None:
+        if f is None or (col == "boxed" and mode in ("grad", "fwd+bwd")):  # no autograd kernel
             return None
         if mode == "grad":
             return lambda: f(*sp.args_grad)
@@ -396,7 +401,7 @@ def run_op(name, sp, null, a, dev, h, s, sync, cuda) -> None:  # type: ignore[no
                 fn = call(col, mode)
                 if fn is None:
                     continue
-                _fast.set_enabled(col != "fallback")
+                _fast.set_enabled(col != "fallback")  # boxed: the fast path's kernel
                 for _ in range(5):
                     fn()
                 t = per_call_us(fn, a.calls, sync, mode)
