@@ -14,7 +14,8 @@ microseconds per call:
   boxed     (scaled_softmax only; no grad and inference) the fast path's op
             called through the OpOverload's C++ callable with no kiln Python
             around it: torch's boxed call into a kernel registered through
-            its stable C shim, what kiln's Python adds to is this
+            its stable C shim (with kiln's C kernel), the part of the fast
+            path's cost that kiln's Python does not add
   fallback  the same call on the Python path (KILN_TORCH_FAST=0's: the Python
             impl, with register_autograd's autograd kernel)
   apex      (scaled_softmax only) an Apex-style call: a
