@@ -229,7 +229,8 @@ def test_fast_path_never_enters_the_python_impl():
 
 def test_eager_calls_reach_the_c_kernel_past_the_opoverload_and_dynamo_sees_the_opoverload(monkeypatch):
     """An eager call (forward, with grad, backward) calls the op's C++
-    callable directly: neither OpOverload.__call__ nor _Op.traced runs. While
+    callable directly, or on the fallback its Python impl: neither
+    OpOverload.__call__ nor _Op.traced runs. While
     Dynamo traces (is_dynamo_compiling() true) every call goes through
     traced() and the OpOverload, which Dynamo can trace; ops_compile checks
     that torch.compile(fullgraph=True) does."""
@@ -253,6 +254,25 @@ def test_eager_calls_reach_the_c_kernel_past_the_opoverload_and_dynamo_sees_the_
         return seen
 
     assert entered() == {"OpOverload": 0, "traced": 0}
+    assert _on(False, entered) == {"OpOverload": 0, "traced": 0}
+    # the fallback's Python impls run in place, not from the dispatcher
+    impls = {op._init_fn.__code__ for op in kops._OPS}
+    callers: set[str] = set()
+
+    def prof(frame, event, arg):  # type: ignore[no-untyped-def]
+        if event == "call" and frame.f_code in impls:
+            callers.add(frame.f_back.f_code.co_name)
+
+    def run() -> None:
+        for _, fn in _cases():
+            fn()
+
+    sys.setprofile(prof)
+    try:
+        _on(False, run)
+    finally:
+        sys.setprofile(None)
+    assert callers == {"in_place"}, callers
     monkeypatch.setattr(kops, "_dynamo_compiling", lambda: True)
     kops._register()
     try:
@@ -265,10 +285,11 @@ def test_eager_calls_reach_the_c_kernel_past_the_opoverload_and_dynamo_sees_the_
 
 
 def test_dropouts_draw_runs_in_place_eagerly_and_is_an_op_under_a_dispatch_mode():
-    """bias_dropout_add's (seed, offset) draw, the one op left in Python, runs
-    its impl in place in eager (no dispatcher round trip), with the same
-    draws as through the op; under a TorchDispatchMode (make_fx, export, a
-    profiler mode) it is still the kiln::philox_seed_offset op."""
+    """bias_dropout_add's (seed, offset) draw, the one op left in Python on
+    the fast path, runs its impl in place in eager (no dispatcher round
+    trip), with the same draws as through the op; under a TorchDispatchMode
+    (make_fx, export, a profiler mode) it is still the
+    kiln::philox_seed_offset op."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     if kops._dynamo_compiling is None:
@@ -287,7 +308,7 @@ def test_dropouts_draw_runs_in_place_eagerly_and_is_an_op_under_a_dispatch_mode(
         eager = kt.bias_dropout_add(x, b, r, 0.5)
     finally:
         sys.setprofile(None)
-    assert callers == ["call_impl"], callers
+    assert callers == ["in_place"], callers
     torch.manual_seed(7)
     assert torch.equal(kt.bias_dropout_add(x, b, r, 0.5), eager)
     torch.manual_seed(7)

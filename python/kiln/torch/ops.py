@@ -63,7 +63,10 @@ class _Op:
     dispatcher, and the formula in a torch.autograd.Function that calling
     the op uses only when an input requires grad: a call without grad
     reaches the C kernel with no Python in between (bench/torch_overhead.py
-    measures both)."""
+    measures both). Called from Python in eager (kiln.torch's functions,
+    the formulas), an op on either path runs its kernel directly and its
+    formula through that Function (_make_call); torch.ops.kiln.<op>, and
+    torch.compile, go through the dispatcher."""
 
     def __init__(self, fn):  # type: ignore[no-untyped-def]
         name = fn.__name__.lstrip("_")
@@ -82,13 +85,10 @@ class _Op:
         self._init_fn = fn
         self._op = getattr(getattr(torch.ops.kiln, name), "default")
         self._autograd = None  # (backward, setup_context)
-        self._function = None  # the autograd.Function of the fast path
-        self._fn = None  # _function while this op is on the fast path
+        self._functions: dict[str, type] = {}  # the autograd.Function of each path ("c", "py")
+        self._fn = None  # its Function while this op is on the fast path (traced() uses it)
         self._c = False  # this op runs its C kernel (the fast path)
         self.call = self.traced  # the eager call, made for the path by _register()
-        # an op with no C kernel and no formula whose eager call may run its
-        # Python impl in place, not through the dispatcher (philox_seed_offset)
-        self.eager_impl = False
         self._tensors = tuple(
             i for i, a in enumerate(self._op._schema.arguments) if a.type.isSubtypeOf(torch._C.OptionalType.ofTensor())
         )
@@ -123,67 +123,63 @@ class _Op:
             return None
         return getattr(self._op, "_op", None)
 
+    def _kernel(self):  # type: ignore[no-untyped-def]
+        """What an eager call runs for the path in use, with no autograd
+        around it, or None (every call then goes through the OpOverload):
+        the C kernel through the op's C++ callable; or the Python impl
+        itself, in place of a dispatcher round trip into Python, unless a
+        dispatch or function mode is active or a tensor is a subclass
+        (DTensor, FakeTensor), which the dispatcher must see."""
+        direct = self._direct()
+        if direct is None or self._c:
+            return direct
+        impl, tensors, plain = self._init_fn, self._tensors, torch.Tensor
+        dispatch_modes, function_mode = torch._C._len_torch_dispatch_stack, torch._C._is_torch_function_mode_enabled
+
+        def in_place(*args):  # type: ignore[no-untyped-def]
+            if dispatch_modes() or function_mode():
+                return direct(*args)
+            for i in tensors:
+                a = args[i]
+                if a is not None and type(a) is not plain:
+                    return direct(*args)
+            return impl(*args)
+
+        return in_place
+
     def _make_call(self):  # type: ignore[no-untyped-def]
         """The eager call: traced()'s behaviour with less Python per call
-        (bench/torch_overhead.py). The OpOverload's C++ callable (its _op,
-        which OpOverload.__call__ only forwards to while torch's PyObject
-        dispatch is off for the op, as it is for kiln's) is called directly,
-        and the op's tensor slots are looked up once. Dynamo cannot trace
-        that callable, so under torch.compile (is_dynamo_compiling(), which
-        Dynamo folds to True) the call is traced()."""
-        op = self._direct()
-        if op is None:
+        (bench/torch_overhead.py). The kernel (_kernel) is called directly,
+        through the op's autograd.Function when an input requires grad (on
+        both paths: the fallback's register_autograd kernel serves raw
+        torch.ops calls and torch.compile), and the op's tensor slots are
+        looked up once. Dynamo cannot trace the OpOverload's C++ callable,
+        so under torch.compile (is_dynamo_compiling(), which Dynamo folds
+        to True) the call is traced()."""
+        kernel = self._kernel()
+        if kernel is None:
             return self.traced
-        dynamo = _dynamo_compiling
-        traced = self.traced
-        if not self._c and self.eager_impl:
-            impl, tensors, plain = self._init_fn, self._tensors, torch.Tensor
-            dispatch_modes, function_mode = torch._C._len_torch_dispatch_stack, torch._C._is_torch_function_mode_enabled
+        dynamo, traced, grad, tensors = _dynamo_compiling, self.traced, _grad_enabled, self._tensors
+        fn = self.function(kernel)
+        apply = fn.apply if fn is not None else None
+        mapped, kiln_error = self._c, _fast.kiln_error  # a C kernel's RuntimeError -> its KilnError
 
-            def call_impl(*args):  # type: ignore[no-untyped-def]
-                if dynamo() or dispatch_modes() or function_mode():
-                    return traced(*args)
-                for i in tensors:
-                    if type(args[i]) is not plain:  # a subclass (DTensor, FakeTensor) dispatches
-                        return op(*args)
-                return impl(*args)
-
-            return call_impl
-        if not self._c:  # the Python impl and register_autograd's kernel do it all
-
-            def call_py(*args):  # type: ignore[no-untyped-def]
-                return traced(*args) if dynamo() else op(*args)
-
-            return call_py
-        kiln_error = _fast.kiln_error
-        fn = self._fn
-        if fn is None:
-
-            def call_c(*args):  # type: ignore[no-untyped-def]
-                if dynamo():
-                    return traced(*args)
-                try:
-                    return op(*args)
-                except RuntimeError as e:
-                    raise kiln_error(e) from None
-
-            return call_c
-        apply, tensors, grad = fn.apply, self._tensors, _grad_enabled
-
-        def call_c_grad(*args):  # type: ignore[no-untyped-def]
+        def call(*args):  # type: ignore[no-untyped-def]
             if dynamo():
                 return traced(*args)
             try:
-                if grad():
+                if apply is not None and grad():
                     for i in tensors:
                         a = args[i]
                         if a is not None and a.requires_grad:
                             return apply(*args)
-                return op(*args)
+                return kernel(*args)
             except RuntimeError as e:
-                raise kiln_error(e) from None
+                if mapped:
+                    raise kiln_error(e) from None
+                raise
 
-        return call_c_grad
+        return call
 
     def register_fake(self, fn):  # type: ignore[no-untyped-def]
         torch.library.register_fake(self.qualname, fn, lib=_LIB)
@@ -192,28 +188,33 @@ class _Op:
     def register_autograd(self, backward, setup_context):  # type: ignore[no-untyped-def]
         self._autograd = (backward, setup_context)
 
-    def function(self):  # type: ignore[no-untyped-def]
+    def function(self, kernel=None):  # type: ignore[no-untyped-def]
         """The op with its autograd formula as a torch.autograd.Function (the
         same forward / setup_context / backward that register_autograd makes
-        a kernel of)."""
-        if self._function is None and self._autograd is not None:
+        a kernel of), or None for an op without one. Its forward calls
+        kernel (_kernel's) in eager and the OpOverload while Dynamo traces;
+        one Function per path, made once."""
+        if self._autograd is None:
+            return None
+        key = "c" if self._c else "py"
+        if key not in self._functions:
             backward, setup = self._autograd
-            op, direct = self._op, self._direct()
+            op = self._op
 
             # forward(ctx, ...) running setup itself, not a setup_context
             # staticmethod: with one, Function.apply binds the arguments
             # through inspect.signature on every call (tens of microseconds)
             def forward(ctx, *args):  # type: ignore[no-untyped-def]
-                out = op(*args) if direct is None or _dynamo_compiling() else direct(*args)  # type: ignore[misc]
+                out = op(*args) if kernel is None or _dynamo_compiling() else kernel(*args)  # type: ignore[misc]
                 setup(ctx, args, out)
                 return out
 
-            self._function = type(
+            self._functions[key] = type(
                 "kiln_" + self.name,
                 (torch.autograd.Function,),
                 {"forward": staticmethod(forward), "backward": staticmethod(backward)},
             )
-        return self._function
+        return self._functions[key]
 
 
 def _register() -> None:
@@ -242,8 +243,8 @@ def _register() -> None:
             # per call with an input that requires grad, inside the Function's
             # forward too); gradients come from the Function
             py.impl(op.name, torch.library.fallthrough_kernel, "Autograd")
-        op._fn = op.function() if c else None
         op._c = c
+        op._fn = op.function(op._kernel()) if c else None
         op.call = op._make_call()
     _impls["py"] = py
     _impls["c_cuda"] = _fast.register("CUDA", c_cuda)
@@ -930,12 +931,6 @@ def _philox_seed_offset(like: Tensor) -> Tensor:
         seed = int(torch.randint(0, 2**62, (1,)).item())
         offset = 0
     return torch.tensor([seed & (2**63 - 1), offset], dtype=torch.int64)
-
-
-# Eager calls run the draw in place (no dispatcher round trip into Python:
-# most of bias_dropout_add's cost on the fast path); torch.compile, dispatch
-# and function modes and tensor subclasses still see the op.
-_philox_seed_offset.eager_impl = True
 
 
 @_philox_seed_offset.register_fake
