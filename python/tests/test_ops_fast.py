@@ -199,6 +199,28 @@ def test_fast_and_fallback_outputs_and_gradients_are_bit_identical():
             assert torch.equal(a, b), f"{name}: the paths differ"
 
 
+def _entries(codes, run) -> list[tuple[object, str]]:  # type: ignore[no-untyped-def]
+    """(code, its caller's name) for each call of a code object in codes
+    while run() runs (sys.setprofile)."""
+    seen: list[tuple[object, str]] = []
+
+    def prof(frame, event, arg):  # type: ignore[no-untyped-def]
+        if event == "call" and frame.f_code in codes:
+            seen.append((frame.f_code, frame.f_back.f_code.co_name))
+
+    sys.setprofile(prof)
+    try:
+        run()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+def _run_cases() -> None:
+    for _, fn in _cases():
+        fn()
+
+
 def test_fast_path_never_enters_the_python_impl():
     """The fast path is the one in use: no op with a C kernel runs its Python
     impl (counted through sys.setprofile); the same calls on the fallback do."""
@@ -206,22 +228,7 @@ def test_fast_path_never_enters_the_python_impl():
     assert set(impls.values()) == _expected_c_ops(), sorted(_fast.ops())
 
     def entered(fast: bool) -> set[str]:
-        seen: set[str] = set()
-
-        def prof(frame, event, arg):  # type: ignore[no-untyped-def]
-            if event == "call" and frame.f_code in impls:
-                seen.add(impls[frame.f_code])
-
-        def calls():  # type: ignore[no-untyped-def]
-            for _, fn in _cases():
-                fn()
-
-        sys.setprofile(prof)
-        try:
-            _on(fast, calls)
-        finally:
-            sys.setprofile(None)
-        return seen
+        return {impls[code] for code, _ in _entries(impls, lambda: _on(fast, _run_cases))}
 
     assert entered(True) == set()
     assert entered(False) == set(impls.values())
@@ -240,38 +247,15 @@ def test_eager_calls_reach_the_c_kernel_past_the_opoverload_and_dynamo_sees_the_
 
     def entered() -> dict[str, int]:
         seen = {"OpOverload": 0, "traced": 0}
-
-        def prof(frame, event, arg):  # type: ignore[no-untyped-def]
-            if event == "call" and frame.f_code in codes:
-                seen[codes[frame.f_code]] += 1
-
-        sys.setprofile(prof)
-        try:
-            for _, fn in _cases():
-                fn()
-        finally:
-            sys.setprofile(None)
+        for code, _ in _entries(codes, _run_cases):
+            seen[codes[code]] += 1
         return seen
 
     assert entered() == {"OpOverload": 0, "traced": 0}
     assert _on(False, entered) == {"OpOverload": 0, "traced": 0}
     # the fallback's Python impls run in place, not from the dispatcher
     impls = {op._init_fn.__code__ for op in kops._OPS}
-    callers: set[str] = set()
-
-    def prof(frame, event, arg):  # type: ignore[no-untyped-def]
-        if event == "call" and frame.f_code in impls:
-            callers.add(frame.f_back.f_code.co_name)
-
-    def run() -> None:
-        for _, fn in _cases():
-            fn()
-
-    sys.setprofile(prof)
-    try:
-        _on(False, run)
-    finally:
-        sys.setprofile(None)
+    callers = {caller for _, caller in _entries(impls, lambda: _on(False, _run_cases))}
     assert callers == {"in_place"}, callers
     monkeypatch.setattr(kops, "_dynamo_compiling", lambda: True)
     kops._register()
@@ -295,19 +279,11 @@ def test_dropouts_draw_runs_in_place_eagerly_and_is_an_op_under_a_dispatch_mode(
     if kops._dynamo_compiling is None:
         pytest.skip("this torch has no torch.compiler.is_dynamo_compiling: every call is traced()")
     impl = kops._philox_seed_offset._init_fn.__code__
-    callers: list[str] = []
-
-    def prof(frame, event, arg):  # type: ignore[no-untyped-def]
-        if event == "call" and frame.f_code is impl:
-            callers.append(frame.f_back.f_code.co_name)
-
     x, b, r = torch.randn(2, 16), torch.randn(16), torch.randn(2, 16)
     torch.manual_seed(7)
-    sys.setprofile(prof)
-    try:
-        eager = kt.bias_dropout_add(x, b, r, 0.5)
-    finally:
-        sys.setprofile(None)
+    out: list[torch.Tensor] = []
+    callers = [c for _, c in _entries({impl}, lambda: out.append(kt.bias_dropout_add(x, b, r, 0.5)))]
+    eager = out[0]
     assert callers == ["in_place"], callers
     torch.manual_seed(7)
     assert torch.equal(kt.bias_dropout_add(x, b, r, 0.5), eager)
