@@ -15,7 +15,9 @@
 #include <cmocka.h>
 
 #include "kiln/loader.h"
-#include "kiln/target.h" /* kiln_nvrtc_version */
+#include "kiln/target.h"                 /* kiln_nvrtc_version */
+#include "tests/unit/test_fake_loader.h" /* test_fake_loader_start */
+#include "tests/unit/test_util.h"        /* test_rm_rf */
 
 static kiln_loader *L;
 static char dir[] = "/tmp/kiln-capture-XXXXXX";
@@ -87,16 +89,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_null_arguments_are_einval),
   };
   int rc, major = 0, minor = 0;
-  if (argc < 2 || access(argv[1], R_OK) != 0) {
-    printf("no fake libcuda (tests/fakecuda needs a C++ compiler); skipped\n");
-    return 77;
-  }
-  setenv("KILN_CUDA_LIBRARY", argv[1], 1);
-  setenv("KILN_FAKE_CUDA_DEVICES", "90", 1);
+  if ((rc = test_fake_loader_start(argc, argv, dir, &co)) != 0) return rc;
   unsetenv("KILN_FAKE_CUDA_CAPTURE");
-  if (!mkdtemp(dir)) return 1;
-  co.dir = dir;
-  co.ro_path = "";
   o.cache = &co;
   /* rope (the quickest unit to compile) into the cache, by a loader that may
    * build; the tests' loader is offline */
@@ -118,10 +112,6 @@ int main(int argc, char **argv) {
   }
   rc = cmocka_run_group_tests(tests, NULL, NULL);
   kiln_loader_close(L);
-  {
-    char cmd[64];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0 && !rc) rc = 1;
-  }
+  if (test_rm_rf(dir) != 0 && !rc) rc = 1;
   return rc;
 }

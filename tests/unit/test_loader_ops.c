@@ -16,6 +16,8 @@
 #include <cmocka.h>
 
 #include "kiln/ops.h"
+#include "tests/unit/test_fake_loader.h" /* test_fake_loader_start */
+#include "tests/unit/test_util.h"        /* test_rm_rf */
 
 static kiln_loader *L;
 static char dir[] = "/tmp/kiln-ops-XXXXXX";
@@ -196,15 +198,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_function_lookup),
   };
   int rc;
-  if (argc < 2 || access(argv[1], R_OK) != 0) {
-    printf("no fake libcuda (tests/fakecuda needs a C++ compiler); skipped\n");
-    return 77;
-  }
-  setenv("KILN_CUDA_LIBRARY", argv[1], 1);
-  setenv("KILN_FAKE_CUDA_DEVICES", "90", 1);
-  if (!mkdtemp(dir)) return 1;
-  co.dir = dir;
-  co.ro_path = "";
+  if ((rc = test_fake_loader_start(argc, argv, dir, &co)) != 0) return rc;
   o.cache = &co;
   o.offline = 1;
   if (kiln_loader_open(&L, &o) != KILN_OK) {
@@ -213,10 +207,6 @@ int main(int argc, char **argv) {
   }
   rc = cmocka_run_group_tests(tests, NULL, NULL);
   kiln_loader_close(L);
-  {
-    char cmd[64];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0 && !rc) rc = 1;
-  }
+  if (test_rm_rf(dir) != 0 && !rc) rc = 1;
   return rc;
 }
