@@ -397,7 +397,6 @@ int kt_same_shape(const kt_arg *a, const kt_arg *b) {
 }
 
 /* ops.py _match: a gradient has its tensor's dtype, shape and device */
-
 int kt_match(kt_call *c, const char *ref_name, const kt_arg *ref, const char *name,
              const kt_arg *t) {
   if (t->dtype == ref->dtype && kt_same_device(t, ref) && kt_same_shape(t, ref)) return 0;
