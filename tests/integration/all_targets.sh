@@ -4,11 +4,15 @@
 # the quick start's main job, in pieces that ctest runs side by side (a
 # single build of all of it takes longer than any test may):
 #
-#   all_targets.sh KILN FIXTURES part NAME ARCHS GLOB   the units GLOB for
-#       those of ARCHS (XY, compute_XY, XY+ptx: both) that --arch all names,
-#       in one build, into the fixture all_NAME
+#   all_targets.sh KILN FIXTURES part NAME ARCHS GLOB [compile|store]
+#       the units GLOB for those of ARCHS (XY, compute_XY, XY+ptx: both)
+#       that --arch all names, in one build, into the fixture all_NAME
 #       (ARCHS not in --arch all here, e.g. sm_121 on an older NVRTC, are
-#       left out, said)
+#       left out, said). compile (the default): always compiled. store: taken
+#       from the fixture store when it holds the part with this build's keys
+#       (fixture_lib.sh, fixture_from_seed: copied, every blob verified, and
+#       brought up to date by `kiln build`, which compiles what a changed
+#       source, option or NVRTC changed), else compiled and published there
 #   all_targets.sh KILN FIXTURES check NAME...     over the "kernels" fixture
 #       (sm_80, sm_90, sm_100, compute_90) and the parts named: every target
 #       of --arch all is in exactly one of them for every unit, `kiln check
@@ -31,7 +35,8 @@ all_targets() {
 }
 
 if [[ $mode == part ]]; then
-  name=${4:?part NAME} glob=${6:?part NAME ARCHS GLOB}
+  name=${4:?part NAME} glob=${6:?part NAME ARCHS GLOB} how=${7:-compile}
+  [[ $how == compile || $how == store ]] || die "part $name: '$how' is neither compile nor store"
   rm -rf "${FIXTURES:?}/all_$name" # a part built on another NVRTC must not count here
   wanted=$(all_targets)
   archs=()
@@ -46,8 +51,17 @@ if [[ $mode == part ]]; then
   ((${#archs[@]})) || skip "none of $5 is in --arch all here"
   list=$(IFS=,; echo "${archs[*]}")
   pairs=$(plan_pairs "$list" "$glob") || exit 1
-  grow_fixture "all_$name" - "$list" "$glob" "$pairs"
+  compiled=1
+  if [[ $how == store && -n ${IT_FIXTURE_STORE:-} ]] &&
+    IT_FIXTURE_SEED=$IT_FIXTURE_STORE fixture_from_seed "all_$name" "$list" "$glob" "$pairs"; then
+    compiled=$SEED_CHANGED
+  else
+    grow_fixture "all_$name" - "$list" "$glob" "$pairs"
+  fi
+  expect_eq "$(index_query "$T/all_$name" "SELECT count(*) FROM records")" "$pairs" "the all_$name part's records"
+  ((FAILURES == 0)) || die "the all_$name part is not what it should be"
   install_fixture "all_$name"
+  [[ $how != store || $compiled == 0 ]] || store_fixture "all_$name"
   exit 0
 fi
 [[ $mode == check ]] || die "unknown mode '$mode'"
