@@ -2,7 +2,6 @@
  * bias_gelu and bias_swiglu, forward and backward. Check, size the grid,
  * launch. */
 #include <stdint.h>
-#include <stdio.h>
 
 #include "common/error.h"
 #include "kiln/ops.h"
@@ -62,7 +61,7 @@ out:
 static kiln_status launch(kiln_loader *l, const char *op, const char *unit, int bwd, kiln_dtype dt,
                           unsigned long long grid, void **args, struct CUstream_st *stream) {
   char entry[128];
-  snprintf(entry, sizeof entry, "kiln_%s_%s_%s_g", unit, bwd ? "bwd" : "fwd", kiln_dtype_str(dt));
+  KILN_OP_ENTRY(entry, "kiln", unit, bwd ? "bwd" : "fwd", kiln_dtype_str(dt), "g");
   return kiln_op_launch(l, op, entry, grid, ACT_THREADS, args, stream);
 }
 

@@ -63,6 +63,19 @@ kiln_status kiln_op_product(const char *op, long long a, long long b, long long 
   return KILN_OK;
 }
 
+const char *kiln_op_entry_name(char *buf, size_t cap, const char *const *parts, size_t n) {
+  size_t at = 0;
+  for (size_t i = 0; i < n && cap > 0; i++) {
+    size_t len = strlen(parts[i]);
+    if (i && at + 1 < cap) buf[at++] = '_';
+    if (len > cap - 1 - at) len = cap - 1 - at;
+    memcpy(buf + at, parts[i], len);
+    at += len;
+  }
+  if (cap > 0) buf[at] = '\0';
+  return buf;
+}
+
 kiln_status kiln_op_launch(kiln_loader *l, const char *op, const char *entry,
                            unsigned long long grid, unsigned block, void **args,
                            struct CUstream_st *stream) {

@@ -2,7 +2,6 @@
  * docs/kernels/cross_entropy.md): check, launch, and after fwd and stats the
  * err entry that records a bad target. */
 #include <limits.h>
-#include <stdio.h>
 
 #include "common/error.h"
 #include "kiln/ops.h"
@@ -28,7 +27,7 @@ static kiln_status launch(kiln_loader *l, const char *op, const char *dir, const
                           unsigned long long grid, unsigned block, void **args,
                           struct CUstream_st *stream) {
   char entry[96];
-  snprintf(entry, sizeof entry, "kiln_cross_entropy_%s_%s_g", dir, dt);
+  KILN_OP_ENTRY(entry, "kiln_cross_entropy", dir, dt, "g");
   return kiln_op_launch(l, op, entry, grid, block, args, stream);
 }
 

@@ -3,7 +3,6 @@
  * scale, size the grid, launch. */
 #include <math.h>
 #include <stdint.h>
-#include <stdio.h>
 
 #include "common/error.h"
 #include "kiln/ops.h"
@@ -66,8 +65,7 @@ static kiln_status launch(kiln_loader *l, const char *op, int bwd, kiln_dtype dt
                           int vec, void **args, struct CUstream_st *stream) {
   const unsigned per = !vec ? BDA_GROUP_ELEMS : bwd ? BDA_BWD_ELEMS : BDA_FWD_ELEMS;
   char entry[96];
-  snprintf(entry, sizeof entry, "kiln_bias_dropout_add_%s_%s_g", bwd ? "bwd" : "fwd",
-           kiln_dtype_str(dt));
+  KILN_OP_ENTRY(entry, "kiln_bias_dropout_add", bwd ? "bwd" : "fwd", kiln_dtype_str(dt), "g");
   return kiln_op_launch(l, op, entry, pick_grid(l, n, per), BDA_THREADS, args, stream);
 }
 

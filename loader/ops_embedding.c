@@ -1,7 +1,6 @@
 /* Typed launchers for the embedding family (include/kiln/ops.h,
  * docs/kernels/embedding.md): check, size the grid, launch. */
 #include <stdint.h>
-#include <stdio.h>
 
 #include "common/error.h"
 #include "kiln/ops.h"
@@ -119,7 +118,7 @@ kiln_status kiln_embedding_fwd(kiln_loader *l, kiln_dtype dt, void *y, const int
     void *args[] = {&y,           &ids,       &weight,     &n_tokens, &hidden,
                     &vocab_start, &vocab_end, &vocab_size, &e};
     void *eargs[] = {&e, &ids, &n_tokens, &vocab_size};
-    snprintf(entry, sizeof entry, "kiln_embedding_fwd_%s_g", kiln_dtype_str(dt));
+    KILN_OP_ENTRY(entry, "kiln_embedding_fwd", kiln_dtype_str(dt), "g");
     KILN_CHECK(kiln_op_launch(l, op, entry, blocks_for((unsigned long long)n_tokens, EMB_WARPS),
                               EMB_THREADS, args, stream));
     KILN_CHECK(
@@ -177,11 +176,11 @@ static kiln_status bwd_sorted(kiln_loader *l, const char *op, kiln_dtype dt, flo
     void *pargs[] = {&slots, &dy, &ka, &pa, &n_tokens, &hidden, &rows, &piece};
     void *args[] = {&dweight, &dy, &ka, &pa, &slots, &n_tokens, &hidden, &rows, &piece};
     if (tails > 0) {
-      snprintf(entry, sizeof entry, "kiln_embedding_bwd_%s_pieces", kiln_dtype_str(dt));
+      KILN_OP_ENTRY(entry, "kiln_embedding_bwd", kiln_dtype_str(dt), "pieces");
       KILN_CHECK(kiln_op_launch(l, op, entry, blocks_for(tails * chunks, EMB_WARPS), EMB_THREADS,
                                 pargs, stream));
     }
-    snprintf(entry, sizeof entry, "kiln_embedding_bwd_%s_sorted", kiln_dtype_str(dt));
+    KILN_OP_ENTRY(entry, "kiln_embedding_bwd", kiln_dtype_str(dt), "sorted");
     rc = kiln_op_launch(l, op, entry, blocks_for((unsigned long long)n_tokens * chunks, EMB_WARPS),
                         EMB_THREADS, args, stream);
   }
@@ -208,7 +207,7 @@ kiln_status kiln_embedding_bwd(kiln_loader *l, kiln_dtype dt, float *dweight, co
   KILN_CHECK(KILN_OP_NEED_PTRS(op, {"dweight", dweight}, {"dy", dy}, {"ids", ids}));
   if (!deterministic) {
     void *args[] = {&dweight, &dy, &ids, &n_tokens, &hidden, &vocab_start, &vocab_end};
-    snprintf(entry, sizeof entry, "kiln_embedding_bwd_%s_atomic", kiln_dtype_str(dt));
+    KILN_OP_ENTRY(entry, "kiln_embedding_bwd", kiln_dtype_str(dt), "atomic");
     rc = kiln_op_launch(l, op, entry, blocks_for((unsigned long long)n_tokens, EMB_WARPS),
                         EMB_THREADS, args, stream);
     goto out;

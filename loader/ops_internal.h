@@ -6,6 +6,7 @@
 #ifndef KILN_LOADER_OPS_INTERNAL_H
 #define KILN_LOADER_OPS_INTERNAL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kiln/ops.h"
@@ -38,6 +39,17 @@ kiln_status kiln_op_product(const char *op, long long a, long long b, long long 
 
 /* Bytes of one element of dt (4 or 2). */
 unsigned kiln_dtype_size(kiln_dtype dt);
+
+/* buf = parts joined by '_' (kiln_<unit>_<dir>_<dt>_<variant>): an entry
+ * point's name, made on every launch, at a few nanoseconds where snprintf
+ * took a tenth of a launch's host time. A name longer than cap - 1 bytes is
+ * cut there (no entry point has it: kiln_op_launch then says it is not
+ * registered). Returns buf. Use KILN_OP_ENTRY(buf, "kiln", unit, ...) with
+ * an array buf. */
+const char *kiln_op_entry_name(char *buf, size_t cap, const char *const *parts, size_t n);
+#define KILN_OP_ENTRY(buf, ...)                                                                    \
+  kiln_op_entry_name(buf, sizeof buf, (const char *const[]){__VA_ARGS__},                          \
+                     sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *))
 
 /* Launches the entry point called entry (kiln_<unit>_<dir>_<dt>_<v>) with
  * grid x block threads, no dynamic shared memory, on stream, resolving its

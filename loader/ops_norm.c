@@ -2,7 +2,6 @@
  * pick the r or g path, launch; the backward then launches bwdw, which
  * reduces the per-part dgamma/dbeta partials in a fixed order. */
 #include <stdint.h>
-#include <stdio.h>
 
 #include "common/error.h"
 #include "kiln/ops.h"
@@ -96,8 +95,10 @@ out:
 
 static void entry_name(char *buf, size_t cap, const char *unit, const char *dir, kiln_dtype dt,
                        kiln_dtype wdt, int r) {
-  snprintf(buf, cap, "kiln_%s_%s_%s_w%s_%s", unit, dir, kiln_dtype_str(dt), kiln_dtype_str(wdt),
-           r ? "r" : "g");
+  /* wdt is checked already (kiln_op_check_wdtype) */
+  const char *w = wdt == KILN_F32 ? "wf32" : wdt == KILN_F16 ? "wf16" : "wbf16";
+  kiln_op_entry_name(
+      buf, cap, (const char *const[]){"kiln", unit, dir, kiln_dtype_str(dt), w, r ? "r" : "g"}, 6);
 }
 
 /* bwdw's column tile width: kiln_norm_bwdw_width (kernels/norm/norm_core.cuh),
@@ -143,7 +144,7 @@ static kiln_status norm_bwd(kiln_loader *l, const char *op, const char *unit, in
   if (parts > 0) /* rows = 0: no partials; bwdw sums none, writing zeros */
     KILN_CHECK(kiln_op_launch(l, op, entry, (unsigned long long)parts,
                               r ? NORM_BWD_R_THREADS : NORM_THREADS, args, stream));
-  snprintf(entry, sizeof entry, "kiln_%s_bwdw_%s_g", unit, kiln_dtype_str(wdt));
+  KILN_OP_ENTRY(entry, "kiln", unit, "bwdw", kiln_dtype_str(wdt), "g");
   rc = kiln_op_launch(l, op, entry, tiles < NORM_MAX_GRID ? tiles : NORM_MAX_GRID, NORM_THREADS,
                       wargs, stream);
 out:

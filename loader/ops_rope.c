@@ -1,6 +1,5 @@
 /* Typed launchers for rotary position embedding (docs/kernels/rope.md):
  * check, pick the chunking and grid, launch kernels/rope/rope.cu. */
-#include <stdio.h>
 
 #include "common/error.h"
 #include "kiln/loader.h"
@@ -77,8 +76,8 @@ static kiln_status launch(kiln_loader *l, const char *op, int bwd, kiln_dtype dt
   void *args[] = {&out, &in, &angles, &s, &b, &h, &d, &rot_dim, &lay, &bchunk};
   KILN_CHECK(kiln_loader_device(&info, l));
   pick(info.sm_count > 0 ? info.sm_count : 1, s, b, h, d, &bchunk, &grid);
-  snprintf(entry, sizeof entry, "kiln_rope_%s_%s_%s", bwd ? "bwd" : "fwd", kiln_dtype_str(dt),
-           style == KILN_ROPE_INTERLEAVED ? "il" : "rh");
+  KILN_OP_ENTRY(entry, "kiln_rope", bwd ? "bwd" : "fwd", kiln_dtype_str(dt),
+                style == KILN_ROPE_INTERLEAVED ? "il" : "rh");
   rc = kiln_op_launch(l, op, entry, grid, ROPE_THREADS, args, stream);
 out:
   return rc;

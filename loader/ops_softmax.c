@@ -1,6 +1,5 @@
 /* Typed launchers for the softmax family: check, pick, launch. */
 #include <stdint.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "common/error.h"
@@ -35,8 +34,7 @@ static kiln_status launch(kiln_loader *l, const char *op, const char *unit_name,
   if (rc != KILN_OK) return rc; /* the tensors' byte size must fit 64 bits, as for every op */
   if (kiln_softmax_pick_launch(&pick, rows, cols, kiln_dtype_size(dt), aligned) != 0)
     return kiln_fail(KILN_EINVAL, "%s: no launch for %lld x %d", op, rows, cols);
-  snprintf(entry, sizeof entry, "kiln_%s_%s_%s_%s", unit_name, bwd ? "bwd" : "fwd",
-           kiln_dtype_str(dt), pick.variant);
+  KILN_OP_ENTRY(entry, "kiln", unit_name, bwd ? "bwd" : "fwd", kiln_dtype_str(dt), pick.variant);
   return kiln_op_launch(l, op, entry, pick.grid, pick.block, args, stream);
 }
 

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "kiln/ops.h"
+#include "loader/ops_internal.h"         /* kiln_op_entry_name */
 #include "tests/unit/test_fake_loader.h" /* test_fake_loader_start */
 #include "tests/unit/test_util.h"        /* test_rm_rf */
 
@@ -188,6 +189,26 @@ static void test_function_lookup(void **state) {
   assert_non_null(strstr(kiln_last_error(), "units are: "));
 }
 
+/* The launchers' entry point names: joined by '_', cut (never overrun) at
+ * the buffer's end. */
+static void test_entry_names(void **state) {
+  char buf[32], tiny[8];
+  (void)state;
+  assert_string_equal(KILN_OP_ENTRY(buf, "kiln", "scaled_softmax", "fwd", "f16", "w8"),
+                      "kiln_scaled_softmax_fwd_f16_w8");
+  assert_string_equal(KILN_OP_ENTRY(buf, "kiln_rope", "bwd", "bf16", "il"),
+                      "kiln_rope_bwd_bf16_il");
+  assert_string_equal(KILN_OP_ENTRY(tiny, "kiln", "layer", "norm"), "kiln_la");
+  assert_string_equal(KILN_OP_ENTRY(tiny, "kiln_bias", "x"), "kiln_bi");
+  assert_string_equal(KILN_OP_ENTRY(tiny, "kiln", "ab"), "kiln_ab");
+  memset(tiny, 'x', sizeof tiny);
+  kiln_op_entry_name(tiny, 1, (const char *const[]){"kiln"}, 1);
+  assert_int_equal(tiny[0], '\0');
+  assert_int_equal(tiny[1], 'x');
+  kiln_op_entry_name(tiny, 0, (const char *const[]){"kiln"}, 1);
+  assert_int_equal(tiny[1], 'x');
+}
+
 int main(int argc, char **argv) {
   kiln_loader_options o = KILN_LOADER_OPTIONS_INIT;
   kiln_cache_options co = KILN_CACHE_OPTIONS_INIT;
@@ -196,6 +217,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_empty_batch_is_ok_without_a_launch),
       cmocka_unit_test(test_dropout_eval_accepts_p_1),
       cmocka_unit_test(test_function_lookup),
+      cmocka_unit_test(test_entry_names),
   };
   int rc;
   if ((rc = test_fake_loader_start(argc, argv, dir, &co)) != 0) return rc;
