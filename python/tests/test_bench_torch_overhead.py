@@ -54,7 +54,7 @@ def test_every_op_gets_a_table_with_every_mode_timed_and_kernels_not_run():
                         assert v[c] == "-", v  # no megatron-core in this venv
                         continue
                     float(v[c])
-                if "ops have C kernels" in out:  # the fast path is on: boxed is its op
-                    assert (v["boxed"] == "-") == (mode in ("grad", "fwd+bwd")), (mode, v)
+                if "ops have C kernels" in out:  # the fast path is on: boxed is its op, in every mode
+                    float(v["boxed"])
             else:
                 assert all(v[c] == "-" for c in softmax_only + ("boxed",)), (name, mode, v)
