@@ -41,8 +41,9 @@ kiln_status kiln_op_product(const char *op, long long a, long long b, long long 
 unsigned kiln_dtype_size(kiln_dtype dt);
 
 /* buf = parts joined by '_' (kiln_<unit>_<dir>_<dt>_<variant>): an entry
- * point's name, made on every launch, at a few nanoseconds where snprintf
- * took a tenth of a launch's host time. A name longer than cap - 1 bytes is
+ * point's name, made on every launch, in a few nanoseconds where snprintf
+ * took a third of a launcher's host time (docs/performance.md, "The
+ * launchers' own time halved"). A name longer than cap - 1 bytes is
  * cut there (no entry point has it: kiln_op_launch then says it is not
  * registered). Returns buf. Use KILN_OP_ENTRY(buf, "kiln", unit, ...) with
  * an array buf. */
