@@ -160,7 +160,7 @@ class _Op:
         if kernel is None:
             return self.traced
         dynamo, traced, grad, tensors = _dynamo_compiling, self.traced, _grad_enabled, self._tensors
-        fn = self.function(kernel)
+        fn = self.function()
         apply = fn.apply if fn is not None else None
         mapped, kiln_error = self._c, _fast.kiln_error  # a C kernel's RuntimeError -> its KilnError
 
@@ -188,18 +188,19 @@ class _Op:
     def register_autograd(self, backward, setup_context):  # type: ignore[no-untyped-def]
         self._autograd = (backward, setup_context)
 
-    def function(self, kernel=None):  # type: ignore[no-untyped-def]
+    def function(self):  # type: ignore[no-untyped-def]
         """The op with its autograd formula as a torch.autograd.Function (the
         same forward / setup_context / backward that register_autograd makes
-        a kernel of), or None for an op without one. Its forward calls
-        kernel (_kernel's) in eager and the OpOverload while Dynamo traces;
-        one Function per path, made once."""
+        a kernel of), or None for an op without one. Its forward calls the
+        path's kernel (_kernel) in eager and the OpOverload while Dynamo
+        traces; one Function per path, made once (a path's kernel does not
+        change: it depends on the path and on torch alone)."""
         if self._autograd is None:
             return None
         key = "c" if self._c else "py"
         if key not in self._functions:
             backward, setup = self._autograd
-            op = self._op
+            op, kernel = self._op, self._kernel()
 
             # forward(ctx, ...) running setup itself, not a setup_context
             # staticmethod: with one, Function.apply binds the arguments
@@ -244,7 +245,7 @@ def _register() -> None:
             # forward too); gradients come from the Function
             py.impl(op.name, torch.library.fallthrough_kernel, "Autograd")
         op._c = c
-        op._fn = op.function(op._kernel()) if c else None
+        op._fn = op.function() if c else None
         op.call = op._make_call()
     _impls["py"] = py
     _impls["c_cuda"] = _fast.register("CUDA", c_cuda)
