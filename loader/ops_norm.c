@@ -97,8 +97,8 @@ static void entry_name(char *buf, size_t cap, const char *unit, const char *dir,
                        kiln_dtype wdt, int r) {
   /* wdt is checked already (kiln_op_check_wdtype) */
   const char *w = wdt == KILN_F32 ? "wf32" : wdt == KILN_F16 ? "wf16" : "wbf16";
-  kiln_op_entry_name(
-      buf, cap, (const char *const[]){"kiln", unit, dir, kiln_dtype_str(dt), w, r ? "r" : "g"}, 6);
+  const char *const parts[] = {"kiln", unit, dir, kiln_dtype_str(dt), w, r ? "r" : "g"};
+  kiln_op_entry_name(buf, cap, parts, sizeof parts / sizeof *parts);
 }
 
 /* bwdw's column tile width: kiln_norm_bwdw_width (kernels/norm/norm_core.cuh),
