@@ -17,13 +17,4 @@ name=$3 from=$4 arch=$5 glob=$6 how=${7:-}
 
 pairs=$(plan_pairs "$arch" "$glob") || exit 1
 
-compiled=1
-if fixture_from_seed "$name" "$arch" "$glob" "$pairs"; then
-  compiled=$SEED_CHANGED
-else
-  grow_fixture "$name" "$from" "$arch" "$glob" "$pairs"
-fi
-expect_eq "$(index_query "$T/$name" "SELECT count(*) FROM records")" "$pairs" "the $name fixture's records"
-((FAILURES == 0)) || die "the $name fixture is not what it should be"
-install_fixture "$name" $how
-((compiled == 0)) || store_fixture "$name"
+make_fixture "$name" "$from" "$arch" "$glob" "$pairs" $how

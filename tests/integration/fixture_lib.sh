@@ -78,6 +78,24 @@ store_fixture() {
   log "$name: published in $store for the next run"
 }
 
+# make_fixture NAME FROM ARCH GLOB PAIRS [layer]: $FIXTURES/NAME, taken from
+# a seed that serves (fixture_from_seed) or else grown from FROM
+# (grow_fixture), checked to hold PAIRS records, installed (install_fixture
+# NAME [layer]), and published in IT_FIXTURE_STORE (store_fixture) when it
+# compiled or dropped anything. fixture.sh and all_targets.sh's parts.
+make_fixture() {
+  local name=$1 from=$2 arch=$3 glob=$4 pairs=$5 how=${6:-} compiled=1
+  if fixture_from_seed "$name" "$arch" "$glob" "$pairs"; then
+    compiled=$SEED_CHANGED
+  else
+    grow_fixture "$name" "$from" "$arch" "$glob" "$pairs"
+  fi
+  expect_eq "$(index_query "$T/$name" "SELECT count(*) FROM records")" "$pairs" "the $name fixture's records"
+  ((FAILURES == 0)) || die "the $name fixture is not what it should be"
+  install_fixture "$name" $how
+  ((compiled == 0)) || store_fixture "$name"
+}
+
 # plan_pairs ARCH GLOB: how many (unit, target) pairs `kiln build --arch ARCH
 # --kernels GLOB` makes (what `kiln check` finds missing in an empty cache);
 # dies when that is none.
